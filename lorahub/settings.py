@@ -1,0 +1,221 @@
+"""lorahub settings: every knob is an environment variable read through a typed helper.
+
+Embedded defaults need no outside service: SQLite, a local-directory object store and a
+filesystem Celery transport, all under ``var/``. Setting ``DATABASE_URL``,
+``CELERY_BROKER_URL`` and ``LORAHUB_S3_ENDPOINT`` switches the same code to PostgreSQL,
+Redis and S3. A bad value fails start-up with ``ImproperlyConfigured`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(
+        f"{name}={raw!r} is not a boolean; use one of 1/0, true/false, yes/no"
+    )
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum of {minimum}")
+    return value
+
+
+def env_path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser().resolve() if raw else default
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# --- core -----------------------------------------------------------------------------------
+
+VAR_DIR = env_path("LORAHUB_VAR_DIR", BASE_DIR / "var")
+DEBUG = env_bool("LORAHUB_DEBUG", False)
+SECRET_KEY = env_str("LORAHUB_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("LORAHUB_REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("LORAHUB_SECRET_KEY must be set in production")
+    # Embedded default: a per-checkout key, never a constant shared by every install.
+    _key_file = VAR_DIR / "secret_key"
+    if _key_file.exists():
+        SECRET_KEY = _key_file.read_text().strip()
+    else:
+        import secrets
+
+        SECRET_KEY = secrets.token_urlsafe(50)
+        _key_file.parent.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(SECRET_KEY)
+        _key_file.chmod(0o600)
+
+ALLOWED_HOSTS = env_list("LORAHUB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "apps.tenants",
+    "apps.registry",
+    "apps.serving",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "lorahub.urls"
+WSGI_APPLICATION = "lorahub.wsgi.application"
+ASGI_APPLICATION = "lorahub.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -------------------------------------------------------------------------------
+
+_database_url = env_str("DATABASE_URL")
+if _database_url:
+    try:
+        DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "lorahub.sqlite3",
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LORAHUB_LOG_LEVEL", "INFO")},
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+# Redis when CELERY_BROKER_URL is set; otherwise kombu's filesystem transport under var/, which
+# still runs a real worker process and needs no server.
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND")
+if CELERY_BROKER_URL:
+    CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or CELERY_BROKER_URL
+else:
+    _queue_dir = VAR_DIR / "celery"
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir / "queue"),
+        "data_folder_out": str(_queue_dir / "queue"),
+        "processed_folder": str(_queue_dir / "processed"),
+        "store_processed": False,
+    }
+    CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or f"file://{_queue_dir / 'results'}"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- object store ---------------------------------------------------------------------------
+# S3 (any S3-compatible endpoint) when LORAHUB_S3_ENDPOINT is set; otherwise a local directory
+# with the same interface.
+
+LORAHUB_S3_ENDPOINT = env_str("LORAHUB_S3_ENDPOINT")
+LORAHUB_S3_BUCKET = env_str("LORAHUB_S3_BUCKET", "lorahub")
+LORAHUB_S3_REGION = env_str("LORAHUB_S3_REGION", "us-east-1")
+LORAHUB_S3_ACCESS_KEY = env_str("LORAHUB_S3_ACCESS_KEY")
+LORAHUB_S3_SECRET_KEY = env_str("LORAHUB_S3_SECRET_KEY")
+LORAHUB_LOCAL_STORE_DIR = env_path("LORAHUB_LOCAL_STORE_DIR", VAR_DIR / "objectstore")
+if LORAHUB_S3_ENDPOINT and not LORAHUB_S3_ENDPOINT.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"LORAHUB_S3_ENDPOINT={LORAHUB_S3_ENDPOINT!r} must start with http:// or https://"
+    )
+
+# --- serving ----------------------------------------------------------------------------------
+
+LORAHUB_CACHE_CONFIG = env_path("LORAHUB_CACHE_CONFIG", BASE_DIR / "lorahub" / "cache.yaml")
+LORAHUB_DEMO_DIR = env_path("LORAHUB_DEMO_DIR", VAR_DIR / "demo")
+LORAHUB_BASE_MODEL_DIR = env_path("LORAHUB_BASE_MODEL_DIR", LORAHUB_DEMO_DIR / "base-model")
+LORAHUB_ENGINE_DTYPE = env_str("LORAHUB_ENGINE_DTYPE", "float32")
+# KV cache for the engine, in MiB (vLLM on the CPU otherwise reserves whole GiB).
+LORAHUB_ENGINE_KV_CACHE_MB = env_int("LORAHUB_ENGINE_KV_CACHE_MB", 64, minimum=16)
+LORAHUB_ENGINE_MAX_MODEL_LEN = env_int("LORAHUB_ENGINE_MAX_MODEL_LEN", 512, minimum=32)
+LORAHUB_NODE_HOST = env_str("LORAHUB_NODE_HOST", "127.0.0.1")
+LORAHUB_NODE_PORT = env_int("LORAHUB_NODE_PORT", 8001, minimum=1)
