@@ -11,3 +11,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lorahub.settings")
 app = Celery("lorahub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.task(name="lorahub.ping")
+def ping() -> dict[str, object]:
+    """Liveness probe for workers: proves a worker runs, reaches the database and answers."""
+    from django.db import connection
+
+    from apps.tenants.models import Tenant
+
+    return {"pid": os.getpid(), "db_vendor": connection.vendor, "tenants": Tenant.objects.count()}

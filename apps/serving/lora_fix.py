@@ -105,6 +105,9 @@ def register() -> None:
         return
     if getattr(lora_ops, _PATCHED_FLAG, False):
         return
+    for name in _FIXED:
+        # Kept so that a test can show the bug the fix exists for.
+        setattr(lora_ops, f"_lorahub_original_{name}", getattr(lora_ops, name))
     for module in (lora_ops, punica_cpu):
         for name, fixed in _FIXED.items():
             if hasattr(module, name):

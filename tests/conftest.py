@@ -1,0 +1,238 @@
+"""Shared fixtures: personas, and the real parts (S3 server, Celery worker, vLLM engine).
+
+Real parts start once per test session. PostgreSQL and Redis must be reachable (``make test``
+starts them); the S3 server (moto's server mode) and the Celery worker are started here on
+free ports / a private Redis database and reached the way production reaches them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from django.conf import settings
+
+from apps.tenants import services as tenant_services
+from apps.tenants.choices import PlatformRole, Priority, TenantRole
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout}s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --- personas --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tenant_a(db):
+    tenant = tenant_services.create_tenant(
+        slug="tenant-a", name="Tenant A", priority=Priority.PREMIUM
+    )
+    user = tenant_services.ensure_user(username="alice", password="alice-pass-123")
+    tenant_services.add_member(tenant=tenant, user=user, role=TenantRole.ADMIN)
+    return tenant
+
+
+@pytest.fixture
+def tenant_b(db):
+    tenant = tenant_services.create_tenant(slug="tenant-b", name="Tenant B")
+    user = tenant_services.ensure_user(username="bob", password="bob-pass-123")
+    tenant_services.add_member(tenant=tenant, user=user, role=TenantRole.ADMIN)
+    return tenant
+
+
+@pytest.fixture
+def reviewer(db):
+    user = tenant_services.ensure_user(username="rita", password="rita-pass-123")
+    tenant_services.grant_platform_role(user=user, role=PlatformRole.REVIEWER)
+    return user
+
+
+@pytest.fixture
+def operator(db):
+    user = tenant_services.ensure_user(username="otto", password="otto-pass-123")
+    tenant_services.grant_platform_role(user=user, role=PlatformRole.OPERATOR)
+    return user
+
+
+# --- S3 server -------------------------------------------------------------------------------
+
+S3_CREDENTIALS = {"LORAHUB_S3_ACCESS_KEY": "testing", "LORAHUB_S3_SECRET_KEY": "testing"}
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """moto in server mode, in its own process, on a free port: S3 over real HTTP."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def s3_settings(s3_server, settings):
+    """Point the app's object store at the S3 server, with a bucket of this test's own."""
+    from apps.registry import storage
+
+    settings.LORAHUB_S3_ENDPOINT = s3_server
+    settings.LORAHUB_S3_BUCKET = f"test-{uuid.uuid4().hex[:12]}"
+    settings.LORAHUB_S3_ACCESS_KEY = S3_CREDENTIALS["LORAHUB_S3_ACCESS_KEY"]
+    settings.LORAHUB_S3_SECRET_KEY = S3_CREDENTIALS["LORAHUB_S3_SECRET_KEY"]
+    storage.get_store.cache_clear()
+    yield settings
+    storage.get_store.cache_clear()
+
+
+# --- Celery worker ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str]:
+    """A real Celery worker process on Redis, using the test database and the S3 server."""
+    import redis
+    from django.db import connection
+
+    from lorahub.celery import app
+
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
+    redis.Redis.from_url(broker).flushdb()
+    db = connection.settings_dict
+    database_url = (
+        f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    )
+    name = f"test-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "LORAHUB_S3_ENDPOINT": s3_server,
+        **S3_CREDENTIALS,
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "lorahub",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "WARNING",
+            "-n",
+            name,
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not app.control.ping(destination=[name], timeout=1.0):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the Celery worker did not start; see its output above")
+        yield name
+    finally:
+        stop(proc)
+
+
+# --- the vLLM engine -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def demo_dir() -> Path:
+    from apps.serving.demo_assets import build_demo_assets
+
+    return build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir
+
+
+class EngineRunner:
+    """Runs the async engine on an event loop in a background thread; tests call it sync."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        # Shut down on the loop's own thread so vLLM's output handler is cancelled, not
+        # woken by the engine core's exit.
+        async def shutdown() -> None:
+            self.engine.shutdown()
+
+        self.run(shutdown(), timeout=60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def engine(demo_dir) -> Iterator[EngineRunner]:
+    """The real vLLM engine on the demo model, started once per test session.
+
+    Small LoRA capacities (2 device slots, 4 host slots) so that tests reach the interesting
+    states (full slots, eviction) with the three demo adapters and a few extras.
+    """
+    from apps.serving.engine import Engine, EngineSettings
+
+    engine_settings = dataclasses.replace(
+        EngineSettings.from_django_settings(), max_loras=2, max_cpu_loras=4
+    )
+    engine = Engine(engine_settings)
+    engine.start()
+    runner = EngineRunner(engine)
+    try:
+        yield runner
+    finally:
+        runner.close()

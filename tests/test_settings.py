@@ -1,0 +1,103 @@
+"""Settings helpers and the seed-shaped cache config: bad values fail with errors that name
+the variable or key and say what to do."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from lorahub import settings as lorahub_settings
+from lorahub.cacheconfig import load_cache_config, parse_cache_config
+
+SEED_EXAMPLE = """
+base_model: llama-3.1-8b-instruct
+adapter_cache:
+  gpu_hot:
+    max_adapters: 16
+    max_memory_gb: 4
+    eviction_policy: weighted_lru
+  cpu_warm:
+    max_adapters: 256
+    max_memory_gb: 64
+    ttl_minutes: 120
+  disk_cache:
+    max_size_gb: 500
+    verify_checksum: true
+  registry:
+    require_signature: true
+    allow_unapproved_adapter: false
+  placement:
+    key_fields:
+      - tenant_id
+      - adapter_id
+      - adapter_version
+      - base_model_revision
+"""
+
+
+def test_env_int_names_the_variable_when_it_is_not_a_number(monkeypatch):
+    monkeypatch.setenv("LORAHUB_SOME_PORT", "eighty")
+    with pytest.raises(ImproperlyConfigured, match="LORAHUB_SOME_PORT='eighty' is not an integer"):
+        lorahub_settings.env_int("LORAHUB_SOME_PORT", 80)
+
+
+def test_env_int_enforces_its_minimum(monkeypatch):
+    monkeypatch.setenv("LORAHUB_KV", "4")
+    with pytest.raises(ImproperlyConfigured, match="LORAHUB_KV=4 is below the minimum of 16"):
+        lorahub_settings.env_int("LORAHUB_KV", 64, minimum=16)
+
+
+def test_env_bool_accepts_common_spellings_and_refuses_others(monkeypatch):
+    monkeypatch.setenv("LORAHUB_FLAG", "Yes")
+    assert lorahub_settings.env_bool("LORAHUB_FLAG", False) is True
+    monkeypatch.setenv("LORAHUB_FLAG", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="LORAHUB_FLAG='maybe' is not a boolean"):
+        lorahub_settings.env_bool("LORAHUB_FLAG", False)
+
+
+def test_the_seeds_own_example_loads(tmp_path):
+    path = tmp_path / "cache.yaml"
+    path.write_text(SEED_EXAMPLE)
+    config = load_cache_config(path)
+    assert config.base_model == "llama-3.1-8b-instruct"
+    assert config.adapter_cache.gpu_hot.max_adapters == 16
+    assert config.adapter_cache.cpu_warm.ttl_minutes == 120
+
+
+def test_the_shipped_config_loads():
+    from django.conf import settings
+
+    config = load_cache_config(settings.LORAHUB_CACHE_CONFIG)
+    assert config.adapter_cache.cpu_warm.max_adapters >= config.adapter_cache.gpu_hot.max_adapters
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"gpu_hot": {"max_adapters": 0}}, "adapter_cache.gpu_hot.max_adapters: Input should be"),
+        ({"gpu_hot": {"max_adaptors": 4}}, "adapter_cache.gpu_hot.max_adaptors: unknown key"),
+        ({"gpu_hot": {"eviction_policy": "random"}}, "adapter_cache.gpu_hot.eviction_policy"),
+        ({"cpu_warm": {"ttl_minutes": "soon"}}, "adapter_cache.cpu_warm.ttl_minutes"),
+        ({"registry": {"allow_unapproved_adapter": True}}, "never serves unapproved versions"),
+        ({"registry": {"require_signature": False}}, "only loads signed versions"),
+        ({"placement": {"key_fields": ["adapter_id"]}}, "must include tenant_id"),
+        ({"cpu_warm": {"max_adapters": 2}}, "cpu_warm.max_adapters (2) must be at least"),
+    ],
+)
+def test_a_bad_key_is_named_in_the_error(patch, message):
+    data = {"base_model": "m", "adapter_cache": patch}
+    with pytest.raises(ImproperlyConfigured) as err:
+        parse_cache_config(data, source="cache.yaml")
+    assert message in str(err.value)
+    assert str(err.value).startswith("cache.yaml: ")
+
+
+def test_invalid_yaml_and_missing_files_are_reported_with_the_path(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("adapter_cache: [unclosed")
+    with pytest.raises(ImproperlyConfigured, match=r"broken\.yaml: not valid YAML"):
+        load_cache_config(broken)
+    with pytest.raises(ImproperlyConfigured, match="cannot read cache config"):
+        load_cache_config(tmp_path / "absent.yaml")
+    with pytest.raises(ImproperlyConfigured, match="base_model: Field required"):
+        parse_cache_config({"adapter_cache": {}})
