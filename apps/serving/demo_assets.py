@@ -31,7 +31,7 @@ from apps.serving import demo_corpus as corpus
 
 logger = logging.getLogger(__name__)
 
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 SEED = 1234
 
 
@@ -222,7 +222,7 @@ def _fit(model, rows, pad_id: int, *, steps: int, lr: float) -> float:
         optimiser.zero_grad()
         out.loss.backward()
         optimiser.step()
-        loss_value = float(out.loss)
+        loss_value = float(out.loss.detach())
     model.eval()
     return loss_value
 
@@ -284,6 +284,7 @@ def _train_adapter(base_model, tokenizer, spec: AdapterSpec, out_dir: Path) -> N
     loss = _fit(model, rows, tokenizer.pad_token_id, steps=spec.steps, lr=3e-3)
     logger.info("adapter %s trained, final loss %.4f", spec.name, loss)
     model.save_pretrained(out_dir, safe_serialization=True)
+    (out_dir / "README.md").unlink(missing_ok=True)  # peft's model-card template
     _stamp_adapter_config(out_dir)
 
 
