@@ -17,6 +17,7 @@ run: $(STAMP)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py build_demo_assets
+	$(PY) manage.py init_signing_key
 	$(PY) manage.py seed_demo
 	$(PY) manage.py up
 

@@ -1,10 +1,64 @@
-"""The control plane's REST API: one NinjaAPI that mounts each app's router."""
+"""The control plane's REST API: one NinjaAPI that mounts each app's router.
+
+Domain errors become ``{"detail": <what was wrong and what to do>, "code": <machine code>}``
+with the status the error class names; nothing else (no stack, no storage detail) leaks.
+"""
 
 from __future__ import annotations
 
+import logging
+
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
+from apps.registry.api import router as registry_router
+from apps.registry.storage import StorageError
 from apps.tenants.api import router as tenants_router
+from apps.tenants.errors import DomainError
+
+logger = logging.getLogger(__name__)
 
 api = NinjaAPI(title="lorahub control plane", version="1", urls_namespace="api")
 api.add_router("/", tenants_router)
+api.add_router("/", registry_router)
+
+
+@api.exception_handler(DomainError)
+def domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": exc.message, "code": exc.code}, status=exc.status
+    )
+
+
+@api.exception_handler(ValidationError)
+def model_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    return api.create_response(
+        request, {"detail": " ".join(exc.messages), "code": "conflict"}, status=409
+    )
+
+
+@api.exception_handler(StorageError)
+def storage_error(request: HttpRequest, exc: StorageError) -> HttpResponse:
+    logger.error("object store error on %s: %s", request.path, exc)
+    return api.create_response(
+        request,
+        {
+            "detail": "the object store is unavailable; nothing was stored, try again shortly",
+            "code": "storage_unavailable",
+        },
+        status=503,
+    )
+
+
+@api.exception_handler(ImproperlyConfigured)
+def misconfigured(request: HttpRequest, exc: ImproperlyConfigured) -> HttpResponse:
+    logger.error("misconfiguration on %s: %s", request.path, exc)
+    return api.create_response(
+        request,
+        {
+            "detail": "the server is misconfigured; an operator has to fix it",
+            "code": "misconfigured",
+        },
+        status=500,
+    )

@@ -225,3 +225,19 @@ LORAHUB_ENGINE_KV_CACHE_MB = env_int("LORAHUB_ENGINE_KV_CACHE_MB", 64, minimum=1
 LORAHUB_ENGINE_MAX_MODEL_LEN = env_int("LORAHUB_ENGINE_MAX_MODEL_LEN", 512, minimum=32)
 LORAHUB_NODE_HOST = env_str("LORAHUB_NODE_HOST", "127.0.0.1")
 LORAHUB_NODE_PORT = env_int("LORAHUB_NODE_PORT", 8001, minimum=1)
+
+# --- signing ----------------------------------------------------------------------------------
+# The control plane's Ed25519 private key (PEM): LORAHUB_SIGNING_KEY holds it inline, or
+# LORAHUB_SIGNING_KEY_FILE names a file. `manage.py init_signing_key` creates the embedded
+# default under var/. Retired public keys (base64, comma-separated) stay published so that
+# versions signed before a key rotation still verify.
+LORAHUB_SIGNING_KEY = env_str("LORAHUB_SIGNING_KEY")
+LORAHUB_SIGNING_KEY_FILE = env_path("LORAHUB_SIGNING_KEY_FILE", VAR_DIR / "signing-key.pem")
+LORAHUB_RETIRED_PUBLIC_KEYS = env_list("LORAHUB_RETIRED_PUBLIC_KEYS", [])
+
+# --- uploads ----------------------------------------------------------------------------------
+# Hard ceiling for one upload, whatever a tenant's quota says; uploads stream to disk beyond
+# FILE_UPLOAD_MAX_MEMORY_SIZE.
+LORAHUB_MAX_UPLOAD_MB = env_int("LORAHUB_MAX_UPLOAD_MB", 1024, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = None
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

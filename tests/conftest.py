@@ -95,7 +95,11 @@ def operator(db):
 
 # --- S3 server -------------------------------------------------------------------------------
 
-S3_CREDENTIALS = {"LORAHUB_S3_ACCESS_KEY": "testing", "LORAHUB_S3_SECRET_KEY": "testing"}
+S3_ENV = {
+    "LORAHUB_S3_BUCKET": "lorahub-test",
+    "LORAHUB_S3_ACCESS_KEY": "testing",
+    "LORAHUB_S3_SECRET_KEY": "testing",
+}
 
 
 @pytest.fixture(scope="session")
@@ -116,16 +120,33 @@ def s3_server() -> Iterator[str]:
 
 @pytest.fixture
 def s3_settings(s3_server, settings):
-    """Point the app's object store at the S3 server, with a bucket of this test's own."""
+    """Point the object store at the S3 server, with the test bucket emptied first.
+
+    One bucket for the session, because the Celery worker (a separate process, started once)
+    must see the same objects as the test.
+    """
     from apps.registry import storage
 
     settings.LORAHUB_S3_ENDPOINT = s3_server
-    settings.LORAHUB_S3_BUCKET = f"test-{uuid.uuid4().hex[:12]}"
-    settings.LORAHUB_S3_ACCESS_KEY = S3_CREDENTIALS["LORAHUB_S3_ACCESS_KEY"]
-    settings.LORAHUB_S3_SECRET_KEY = S3_CREDENTIALS["LORAHUB_S3_SECRET_KEY"]
+    settings.LORAHUB_S3_BUCKET = S3_ENV["LORAHUB_S3_BUCKET"]
+    settings.LORAHUB_S3_ACCESS_KEY = S3_ENV["LORAHUB_S3_ACCESS_KEY"]
+    settings.LORAHUB_S3_SECRET_KEY = S3_ENV["LORAHUB_S3_SECRET_KEY"]
     storage.get_store.cache_clear()
+    store = storage.get_store()
+    for top in {info.key.split("/")[0] for info in store.list("")}:
+        store.delete_prefix(top)
     yield settings
     storage.get_store.cache_clear()
+
+
+@pytest.fixture
+def signing_key(settings, tmp_path):
+    """A fresh platform signing key for this test."""
+    from apps.registry import keys
+
+    settings.LORAHUB_SIGNING_KEY = ""
+    settings.LORAHUB_SIGNING_KEY_FILE = tmp_path / "signing-key.pem"
+    return keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
 
 
 # --- Celery worker ---------------------------------------------------------------------------
@@ -152,7 +173,7 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
         **os.environ,
         "DATABASE_URL": database_url,
         "LORAHUB_S3_ENDPOINT": s3_server,
-        **S3_CREDENTIALS,
+        **S3_ENV,
     }
     proc = subprocess.Popen(
         [

@@ -178,11 +178,15 @@ class S3Store:
 
     def put(self, key: str, data: bytes | BinaryIO) -> ObjectInfo:
         client_error, core_error = self._errors()
-        body = data if isinstance(data, bytes) else data.read()
+        _check_key(key)
+        if isinstance(data, bytes):
+            size = len(data)
+        else:  # a file: boto3 streams it in chunks, never whole into memory
+            start = data.tell()
+            size = data.seek(0, os.SEEK_END) - start
+            data.seek(start)
         try:
-            self.client.put_object(
-                Bucket=self.bucket, Key=_check_key(key), Body=body, IfNoneMatch="*"
-            )
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
         except client_error as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
@@ -192,7 +196,7 @@ class S3Store:
             raise StorageError(f"S3 put {key!r} failed: {code or exc}") from exc
         except core_error as exc:
             raise StorageError(f"S3 put {key!r} failed: {exc}") from exc
-        return ObjectInfo(key, len(body))
+        return ObjectInfo(key, size)
 
     def _get_object(self, key: str):
         client_error, core_error = self._errors()

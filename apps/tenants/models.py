@@ -46,3 +46,85 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self) -> ApiKeyQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """A tenant's API key. Only a sha256 of the secret is stored; the key is shown once.
+
+    Keys look like ``lh_<prefix>_<secret>``: the prefix finds the row, the hash of the whole
+    key proves it. Secrets are 32 random bytes, so a plain (fast) hash is safe here, unlike
+    passwords, and keeps per-request authentication cheap.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    key_hash = models.CharField(max_length=64)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name} (lh_{self.prefix}_…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Quota(models.Model):
+    """Per-tenant limits. Defaults apply until an operator sets them."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
+    max_hot_adapters = models.PositiveIntegerField(default=2)
+    max_hot_memory_mb = models.PositiveIntegerField(default=512)
+    max_adapters = models.PositiveIntegerField(default=50)
+    max_versions_per_adapter = models.PositiveIntegerField(default=100)
+    max_upload_mb = models.PositiveIntegerField(default=200)
+    requests_per_minute = models.PositiveIntegerField(default=600)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant.slug}"
+
+
+class AuditEvent(models.Model):
+    """Who did what to which object, with the state before and after. Append-only.
+
+    It lives in the tenants app, the bottom of the dependency chain, so that every app can
+    record events without importing upwards.
+    """
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_key = models.ForeignKey(ApiKey, null=True, on_delete=models.SET_NULL, related_name="+")
+    tenant = models.ForeignKey(
+        Tenant, null=True, on_delete=models.SET_NULL, related_name="audit_events"
+    )
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.object_type}:{self.object_id}"

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
+from django.utils import timezone
 
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
-from apps.tenants.models import Membership, Tenant
+from apps.tenants.errors import Conflict, Invalid
+from apps.tenants.models import ApiKey, AuditEvent, Membership, Quota, Tenant
+
+KEY_PREFIX_LEN = 8
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+QUOTA_FIELDS = (
+    "max_hot_adapters",
+    "max_hot_memory_mb",
+    "max_adapters",
+    "max_versions_per_adapter",
+    "max_upload_mb",
+    "requests_per_minute",
+)
 
 
 @transaction.atomic
@@ -48,3 +67,124 @@ def ensure_user(*, username: str, password: str, email: str = "") -> AbstractBas
     user.set_password(password)
     user.save()
     return user
+
+
+# --- audit -----------------------------------------------------------------------------------
+
+
+def record_event(
+    *,
+    action: str,
+    obj: Any,
+    actor: AbstractBaseUser | None = None,
+    actor_key: ApiKey | None = None,
+    tenant: Tenant | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    note: str = "",
+) -> AuditEvent:
+    """Append an audit event. Call inside the transaction of the change it describes."""
+    return AuditEvent.objects.create(
+        action=action,
+        object_type=type(obj).__name__,
+        object_id=str(obj.pk),
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_key=actor_key,
+        tenant=tenant,
+        before=before,
+        after=after,
+        note=note,
+    )
+
+
+# --- API keys --------------------------------------------------------------------------------
+
+
+def _hash_key(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+@transaction.atomic
+def issue_api_key(
+    *, tenant: Tenant, name: str, actor: AbstractBaseUser | None
+) -> tuple[ApiKey, str]:
+    """Create a key and return it with its plaintext, which is never stored or shown again."""
+    name = name.strip()
+    if not name:
+        raise Invalid("give the key a name, e.g. the service that will use it")
+    if ApiKey.objects.active().filter(tenant=tenant, name=name).exists():
+        raise Conflict(f"tenant '{tenant.slug}' already has an active key named '{name}'")
+    prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
+    plaintext = f"lh_{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, key_hash=_hash_key(plaintext), created_by=actor
+    )
+    record_event(
+        action="api_key.issue",
+        obj=key,
+        actor=actor,
+        tenant=tenant,
+        after={"name": name, "prefix": prefix},
+    )
+    return key, plaintext
+
+
+@transaction.atomic
+def revoke_api_key(*, key: ApiKey, actor: AbstractBaseUser | None) -> ApiKey:
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        record_event(
+            action="api_key.revoke",
+            obj=key,
+            actor=actor,
+            tenant=key.tenant,
+            before={"active": True},
+            after={"active": False},
+        )
+    return key
+
+
+def authenticate_api_key(plaintext: str) -> ApiKey | None:
+    """The active key matching ``plaintext``, or None. Constant-time hash comparison."""
+    parts = plaintext.split("_", 2)
+    if len(parts) != 3 or parts[0] != "lh" or len(parts[1]) != KEY_PREFIX_LEN:
+        return None
+    key = ApiKey.objects.active().select_related("tenant").filter(prefix=parts[1]).first()
+    if key is None or not hmac.compare_digest(key.key_hash, _hash_key(plaintext)):
+        return None
+    now = timezone.now()
+    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
+    return key
+
+
+# --- quotas ----------------------------------------------------------------------------------
+
+
+def get_quota(tenant: Tenant) -> Quota:
+    quota, _ = Quota.objects.get_or_create(tenant=tenant)
+    return quota
+
+
+@transaction.atomic
+def set_quota(*, tenant: Tenant, actor: AbstractBaseUser | None, **limits: int) -> Quota:
+    unknown = set(limits) - set(QUOTA_FIELDS)
+    if unknown:
+        raise Invalid(f"unknown quota field(s): {', '.join(sorted(unknown))}")
+    quota, _ = Quota.objects.select_for_update().get_or_create(tenant=tenant)
+    before = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+    for field, value in limits.items():
+        if value is None:
+            continue
+        if not isinstance(value, int) or value < 0:
+            raise Invalid(f"{field} must be a whole number of 0 or more, got {value!r}")
+        setattr(quota, field, value)
+    quota.save()
+    after = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+    record_event(
+        action="quota.set", obj=quota, actor=actor, tenant=tenant, before=before, after=after
+    )
+    return quota

@@ -1,0 +1,351 @@
+"""Alias workflows: point, canary, promote, roll back, and resolve for the serving node.
+
+Every move locks the alias row (``select_for_update``) for its whole transaction, so two
+racing moves are applied one after the other, each with its own history entry, never half of
+one and half of the other. Targets are always approved, signed versions of the alias's own
+adapter on the same base-model revision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from apps.registry.choices import AliasAction, VersionState
+from apps.registry.models import AdapterVersion, Alias, AliasEvent
+from apps.tenants import services as tenant_services
+from apps.tenants.auth import Principal
+from apps.tenants.errors import Conflict, Forbidden, Invalid, NotFound
+from apps.tenants.models import ApiKey, Tenant, slug_validator
+
+CANARY_BUCKETS = 10_000
+
+
+@dataclass(frozen=True)
+class ResolvedVersion:
+    """What an alias means for one request: an immutable version and how to check it."""
+
+    tenant_id: int
+    tenant_slug: str
+    alias: str
+    adapter_id: str
+    version_id: int
+    version: str
+    base_model: str
+    base_model_revision: str
+    rank: int
+    storage_prefix: str
+    files: tuple[tuple[str, str, int], ...]  # (name, sha256, size)
+    manifest: dict[str, Any]
+    signature: str
+    signing_key_id: str
+    is_canary: bool
+
+    @property
+    def cache_key(self) -> tuple[int, str, str, str]:
+        return (self.tenant_id, self.adapter_id, self.version, self.base_model_revision)
+
+
+def _snapshot(alias: Alias) -> dict[str, Any]:
+    return {
+        "version": alias.version.label,
+        "canary_version": alias.canary_version.label if alias.canary_version else None,
+        "canary_percent": alias.canary_percent,
+        "canary_api_keys": list(alias.canary_api_keys),
+    }
+
+
+def _locked_alias_or_none(tenant: Tenant, name: str) -> Alias | None:
+    return (
+        Alias.objects.select_for_update(of=("self",))
+        .select_related("tenant", "adapter", "version__adapter", "canary_version__adapter")
+        .filter(tenant=tenant, name=name)
+        .first()
+    )
+
+
+def _locked_alias(tenant: Tenant, name: str) -> Alias:
+    alias = _locked_alias_or_none(tenant, name)
+    if alias is None:
+        raise NotFound(f"tenant '{tenant.slug}' has no alias '{name}'")
+    return alias
+
+
+def _tenant_version(tenant: Tenant, version_id: int) -> AdapterVersion:
+    version = (
+        AdapterVersion.objects.select_related("adapter__tenant")
+        .filter(pk=version_id, adapter__tenant=tenant)
+        .first()
+    )
+    if version is None:
+        raise NotFound(f"tenant '{tenant.slug}' has no adapter version {version_id}")
+    return version
+
+
+def _check_target(alias: Alias | None, version: AdapterVersion) -> None:
+    if version.state != VersionState.APPROVED or not version.signature:
+        raise Conflict(
+            f"version {version.label} is {version.get_state_display().lower()}; only approved, "
+            "signed versions can be alias targets"
+        )
+    if alias is None:
+        return
+    if version.adapter_id != alias.adapter_id:
+        raise Invalid(
+            f"alias '{alias.name}' serves adapter '{alias.adapter.adapter_id}'; version "
+            f"{version.label} belongs to another adapter"
+        )
+    if version.base_model_revision != alias.version.base_model_revision:
+        raise Invalid(
+            f"version {version.label} is for base revision {version.base_model_revision}, but "
+            f"alias '{alias.name}' serves revision {alias.version.base_model_revision}"
+        )
+
+
+def _record(alias: Alias, action: str, principal: Principal, reason: str, before, **fields):
+    AliasEvent.objects.create(
+        alias=alias,
+        action=action,
+        actor=principal.user,
+        actor_label=principal.label,
+        reason=reason,
+        canary_version=alias.canary_version,
+        canary_percent=alias.canary_percent,
+        **fields,
+    )
+    tenant_services.record_event(
+        action=f"alias.{action}",
+        obj=alias,
+        actor=principal.user,
+        actor_key=principal.api_key,
+        tenant=alias.tenant,
+        before=before,
+        after=_snapshot(alias),
+        note=reason,
+    )
+
+
+def _authorize(principal: Principal, tenant: Tenant) -> None:
+    if tenant.id not in principal.tenant_ids and not principal.is_operator:
+        raise NotFound(f"no tenant '{tenant.slug}' that you belong to")
+
+
+@transaction.atomic
+def set_alias(
+    *, principal: Principal, tenant: Tenant, name: str, version_id: int, reason: str = ""
+) -> Alias:
+    """Point ``name`` at an approved version (creating the alias on first use)."""
+    _authorize(principal, tenant)
+    version = _tenant_version(tenant, version_id)
+    alias = _locked_alias_or_none(tenant, name)
+    if alias is None:
+        try:
+            slug_validator(name)
+        except Exception:
+            raise Invalid(
+                f"alias name '{name}' is not valid: use 2-63 lowercase letters, digits and hyphens"
+            ) from None
+        _check_target(None, version)
+        try:
+            with transaction.atomic():
+                alias = Alias.objects.create(
+                    tenant=tenant, name=name, adapter=version.adapter, version=version
+                )
+        except IntegrityError:
+            # Another request created it a moment ago: treat this call as a move of it.
+            alias = _locked_alias(tenant, name)
+        else:
+            _record(alias, AliasAction.SET, principal, reason, None, to_version=version)
+            return alias
+    _check_target(alias, version)
+    if alias.version_id == version.pk:
+        return alias
+    before, previous = _snapshot(alias), alias.version
+    alias.version = version
+    if alias.canary_version_id == version.pk:
+        _clear_canary_fields(alias)
+    alias.save()
+    _record(
+        alias, AliasAction.SET, principal, reason, before, from_version=previous, to_version=version
+    )
+    return alias
+
+
+def _clear_canary_fields(alias: Alias) -> None:
+    alias.canary_version = None
+    alias.canary_percent = 0
+    alias.canary_api_keys = []
+
+
+@transaction.atomic
+def set_canary(
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    name: str,
+    version_id: int | None,
+    percent: int = 0,
+    api_keys: list[str] | None = None,
+    reason: str = "",
+) -> Alias:
+    """Send ``percent`` of request keys (and always the listed API keys) to a second version.
+
+    ``version_id=None`` clears the canary.
+    """
+    _authorize(principal, tenant)
+    alias = _locked_alias(tenant, name)
+    before = _snapshot(alias)
+    if version_id is None:
+        if alias.canary_version_id is None:
+            return alias
+        _clear_canary_fields(alias)
+        alias.save()
+        _record(alias, AliasAction.CLEAR_CANARY, principal, reason, before)
+        return alias
+    if not 0 <= percent <= 100:
+        raise Invalid(f"canary percent must be between 0 and 100, got {percent}")
+    version = _tenant_version(tenant, version_id)
+    _check_target(alias, version)
+    if version.pk == alias.version_id:
+        raise Invalid(f"{version.label} is already the stable version of '{name}'")
+    prefixes = sorted(set(api_keys or []))
+    known = set(
+        ApiKey.objects.active()
+        .filter(tenant=tenant, prefix__in=prefixes)
+        .values_list("prefix", flat=True)
+    )
+    unknown = [p for p in prefixes if p not in known]
+    if unknown:
+        raise Invalid(
+            f"no active API key of tenant '{tenant.slug}' with prefix {', '.join(unknown)}"
+        )
+    alias.canary_version = version
+    alias.canary_percent = percent
+    alias.canary_api_keys = prefixes
+    alias.save()
+    _record(alias, AliasAction.CANARY, principal, reason, before)
+    return alias
+
+
+@transaction.atomic
+def promote_alias(*, principal: Principal, tenant: Tenant, name: str, reason: str = "") -> Alias:
+    """Make the canary the stable version and clear the canary."""
+    _authorize(principal, tenant)
+    alias = _locked_alias(tenant, name)
+    if alias.canary_version is None:
+        raise Conflict(f"alias '{name}' has no canary to promote")
+    _check_target(alias, alias.canary_version)
+    before, previous, promoted = _snapshot(alias), alias.version, alias.canary_version
+    alias.version = promoted
+    _clear_canary_fields(alias)
+    alias.save()
+    _record(
+        alias,
+        AliasAction.PROMOTE,
+        principal,
+        reason,
+        before,
+        from_version=previous,
+        to_version=promoted,
+    )
+    return alias
+
+
+def previous_stable_version(alias: Alias) -> AdapterVersion | None:
+    """The version the current stable one replaced, skipping versions left by rollbacks.
+
+    Walks the set/promote history backwards: rolling back v3 → v2 → v1 steps down the
+    versions in the order they were put in place, and never bounces back to a version that
+    was rolled away from.
+    """
+    moves = alias.history.filter(action__in=[AliasAction.SET, AliasAction.PROMOTE]).order_by(
+        "-at", "-id"
+    )
+    for event in moves.select_related("from_version"):
+        if event.to_version_id == alias.version_id:
+            return event.from_version
+    return None
+
+
+@transaction.atomic
+def rollback_alias(*, principal: Principal, tenant: Tenant, name: str, reason: str = "") -> Alias:
+    """One call: point the alias back at the previous stable version and clear the canary."""
+    _authorize(principal, tenant)
+    alias = _locked_alias(tenant, name)
+    target = previous_stable_version(alias)
+    if target is None:
+        raise Conflict(f"alias '{name}' has no earlier version to roll back to")
+    if target.state != VersionState.APPROVED or not target.signature:
+        raise Conflict(
+            f"the previous version {target.label} is {target.get_state_display().lower()}; "
+            "point the alias at a version explicitly instead"
+        )
+    before, rolled_back = _snapshot(alias), alias.version
+    alias.version = target
+    _clear_canary_fields(alias)
+    alias.save()
+    _record(
+        alias,
+        AliasAction.ROLLBACK,
+        principal,
+        reason,
+        before,
+        from_version=rolled_back,
+        to_version=target,
+    )
+    return alias
+
+
+# --- resolution --------------------------------------------------------------------------------
+
+
+def canary_bucket(alias: Alias, request_key: str) -> int:
+    """A stable bucket in [0, 10000) for this alias, canary version and request key."""
+    seed = f"{alias.pk}:{alias.canary_version_id}:{request_key}".encode()
+    return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % CANARY_BUCKETS
+
+
+def resolve_alias(
+    *, tenant: Tenant, name: str, request_key: str, api_key_prefix: str | None = None
+) -> ResolvedVersion:
+    """The immutable version that serves this request, honouring the canary split.
+
+    The same request key always gets the same answer while the alias is unchanged.
+    """
+    alias = (
+        Alias.objects.select_related("tenant", "version__adapter", "canary_version__adapter")
+        .filter(tenant=tenant, name=name)
+        .first()
+    )
+    if alias is None:
+        raise NotFound(f"tenant '{tenant.slug}' has no alias '{name}'")
+    chosen, is_canary = alias.version, False
+    if alias.canary_version is not None and (
+        (api_key_prefix is not None and api_key_prefix in alias.canary_api_keys)
+        or canary_bucket(alias, request_key) < alias.canary_percent * (CANARY_BUCKETS // 100)
+    ):
+        chosen, is_canary = alias.canary_version, True
+    if not chosen.is_servable:
+        raise Forbidden(f"version {chosen.label} is not approved and signed; it cannot be served")
+    return ResolvedVersion(
+        tenant_id=tenant.id,
+        tenant_slug=tenant.slug,
+        alias=alias.name,
+        adapter_id=chosen.adapter.adapter_id,
+        version_id=chosen.pk,
+        version=chosen.version,
+        base_model=chosen.base_model,
+        base_model_revision=chosen.base_model_revision,
+        rank=chosen.rank or 0,
+        storage_prefix=chosen.storage_prefix,
+        files=tuple(
+            (name_, meta["sha256"], meta["size"]) for name_, meta in sorted(chosen.files.items())
+        ),
+        manifest=chosen.manifest(),
+        signature=chosen.signature,
+        signing_key_id=chosen.signing_key_id,
+        is_canary=is_canary,
+    )

@@ -1,0 +1,437 @@
+"""Registry endpoints: uploads, versions, review, aliases, signing keys, audit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.http import HttpRequest
+from ninja import File, Form, Query, Router, Schema, Status
+from ninja.files import UploadedFile
+
+from apps.registry import aliases, keys, services
+from apps.registry.choices import VersionState
+from apps.registry.models import Adapter, AdapterVersion, Alias
+from apps.tenants.api import visible_tenant
+from apps.tenants.auth import API_AUTH, Principal
+from apps.tenants.errors import Forbidden, Invalid, NotFound
+from apps.tenants.models import AuditEvent, Tenant
+
+router = Router(tags=["registry"], auth=API_AUTH)
+
+
+# --- schemas ---------------------------------------------------------------------------------
+
+
+class FileOut(Schema):
+    sha256: str
+    size: int
+
+
+class VersionOut(Schema):
+    id: int
+    tenant: str
+    adapter_id: str
+    version: str
+    state: str
+    base_model: str
+    base_model_revision: str
+    rank: int | None
+    lora_alpha: float | None
+    target_modules: list[str]
+    size_bytes: int | None
+    files: dict[str, FileOut]
+    manifest_digest: str
+    training_data_summary: str
+    uploaded_by: str | None
+    rejection_reason: str
+    reviewer: str | None
+    review_note: str
+    signed: bool
+    signing_key_id: str
+    created_at: datetime
+    validated_at: datetime | None
+    reviewed_at: datetime | None
+
+
+class AdapterOut(Schema):
+    tenant: str
+    adapter_id: str
+    versions: int
+    latest_version: str | None
+    created_at: datetime
+
+
+class NoteIn(Schema):
+    note: str = ""
+
+
+class AliasTargetIn(Schema):
+    version_id: int
+    reason: str = ""
+
+
+class CanaryIn(Schema):
+    version_id: int | None
+    percent: int = 0
+    api_keys: list[str] = []
+    reason: str = ""
+
+
+class ReasonIn(Schema):
+    reason: str = ""
+
+
+class VersionRef(Schema):
+    id: int
+    label: str
+
+
+class AliasEventOut(Schema):
+    action: str
+    from_version: str | None
+    to_version: str | None
+    canary_version: str | None
+    canary_percent: int
+    actor: str
+    reason: str
+    at: datetime
+
+
+class AliasOut(Schema):
+    tenant: str
+    name: str
+    adapter_id: str
+    version: VersionRef
+    canary_version: VersionRef | None
+    canary_percent: int
+    canary_api_keys: list[str]
+    updated_at: datetime
+    history: list[AliasEventOut]
+
+
+class SigningKeyOut(Schema):
+    key_id: str
+    algorithm: str
+    public_key: str
+    current: bool
+
+
+class AuditOut(Schema):
+    at: datetime
+    action: str
+    actor: str | None
+    tenant: str | None
+    object_type: str
+    object_id: str
+    before: dict | None
+    after: dict | None
+    note: str
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def version_out(v: AdapterVersion) -> dict:
+    return {
+        "id": v.pk,
+        "tenant": v.adapter.tenant.slug,
+        "adapter_id": v.adapter.adapter_id,
+        "version": v.version,
+        "state": v.state,
+        "base_model": v.base_model,
+        "base_model_revision": v.base_model_revision,
+        "rank": v.rank,
+        "lora_alpha": v.lora_alpha,
+        "target_modules": v.target_modules,
+        "size_bytes": v.size_bytes,
+        "files": v.files,
+        "manifest_digest": v.manifest_digest,
+        "training_data_summary": v.training_data_summary,
+        "uploaded_by": (
+            v.uploaded_by.get_username()
+            if v.uploaded_by
+            else (f"key {v.uploaded_by_key.prefix}" if v.uploaded_by_key else None)
+        ),
+        "rejection_reason": v.rejection_reason,
+        "reviewer": v.reviewer.get_username() if v.reviewer else None,
+        "review_note": v.review_note,
+        "signed": bool(v.signature),
+        "signing_key_id": v.signing_key_id,
+        "created_at": v.created_at,
+        "validated_at": v.validated_at,
+        "reviewed_at": v.reviewed_at,
+    }
+
+
+def _ref(v: AdapterVersion | None) -> dict | None:
+    return {"id": v.pk, "label": v.label} if v else None
+
+
+def alias_out(alias: Alias) -> dict:
+    history = alias.history.select_related(
+        "from_version__adapter", "to_version__adapter", "canary_version__adapter"
+    )[:50]
+    return {
+        "tenant": alias.tenant.slug,
+        "name": alias.name,
+        "adapter_id": alias.adapter.adapter_id,
+        "version": _ref(alias.version),
+        "canary_version": _ref(alias.canary_version),
+        "canary_percent": alias.canary_percent,
+        "canary_api_keys": alias.canary_api_keys,
+        "updated_at": alias.updated_at,
+        "history": [
+            {
+                "action": e.action,
+                "from_version": e.from_version.label if e.from_version else None,
+                "to_version": e.to_version.label if e.to_version else None,
+                "canary_version": e.canary_version.label if e.canary_version else None,
+                "canary_percent": e.canary_percent,
+                "actor": e.actor_label,
+                "reason": e.reason,
+                "at": e.at,
+            }
+            for e in history
+        ],
+    }
+
+
+def visible_versions(principal: Principal):
+    qs = AdapterVersion.objects.select_related(
+        "adapter__tenant", "uploaded_by", "uploaded_by_key", "reviewer"
+    )
+    if principal.is_reviewer or principal.is_operator:
+        return qs
+    return qs.for_tenants(principal.tenant_ids)
+
+
+def get_visible_version(principal: Principal, version_id: int) -> AdapterVersion:
+    version = visible_versions(principal).filter(pk=version_id).first()
+    if version is None:
+        raise NotFound(f"no adapter version {version_id} that you can see")
+    return version
+
+
+def acting_tenant(principal: Principal, slug: str | None) -> Tenant:
+    """The tenant a call acts on: an operator may name any; others act for their own."""
+    if slug and principal.is_operator:
+        return visible_tenant(principal, slug)
+    return principal.tenant_for(slug)
+
+
+# --- uploads and versions --------------------------------------------------------------------
+
+
+@router.post("/adapters/{adapter_id}/versions", response={202: VersionOut})
+def upload_version(
+    request: HttpRequest,
+    adapter_id: str,
+    files: list[UploadedFile] = File(...),  # noqa: B008 (django-ninja's declaration style)
+    version: str | None = Form(None),
+    base_model_revision: str = Form(""),
+    training_data_summary: str = Form(""),
+    tenant: str | None = Query(None),
+):
+    """Upload one PEFT adapter (its files, or one .zip/.tar.gz) as a new immutable version.
+
+    Validation runs in the background: poll the version until it leaves `validating`.
+    """
+    principal: Principal = request.auth
+    target = principal.tenant_for(tenant)
+    row = services.upload_version(
+        principal=principal,
+        tenant=target,
+        adapter_id=adapter_id,
+        files=[services.UploadFile(f.name or "", f.file, f.size) for f in files],
+        version=version or None,
+        base_model_revision=base_model_revision,
+        training_data_summary=training_data_summary,
+    )
+    return Status(202, version_out(get_visible_version(principal, row.pk)))
+
+
+@router.get("/adapters", response=list[AdapterOut])
+def list_adapters(request: HttpRequest, tenant: str | None = None):
+    principal: Principal = request.auth
+    qs = Adapter.objects.select_related("tenant").prefetch_related("versions")
+    if not (principal.is_reviewer or principal.is_operator):
+        qs = qs.for_tenants(principal.tenant_ids)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    out = []
+    for adapter in qs:
+        versions = sorted(adapter.versions.all(), key=lambda v: v.created_at)
+        out.append(
+            {
+                "tenant": adapter.tenant.slug,
+                "adapter_id": adapter.adapter_id,
+                "versions": len(versions),
+                "latest_version": versions[-1].version if versions else None,
+                "created_at": adapter.created_at,
+            }
+        )
+    return out
+
+
+@router.get("/adapters/{adapter_id}/versions", response=list[VersionOut])
+def list_adapter_versions(request: HttpRequest, adapter_id: str, tenant: str | None = None):
+    qs = visible_versions(request.auth).filter(adapter__adapter_id=adapter_id)
+    if tenant:
+        qs = qs.filter(adapter__tenant__slug=tenant)
+    versions = list(qs)
+    if not versions and not Adapter.objects.filter(adapter_id=adapter_id).exists():
+        raise NotFound(f"no adapter '{adapter_id}' that you can see")
+    if len({v.adapter.tenant_id for v in versions}) > 1:
+        raise Invalid(f"several tenants have an adapter '{adapter_id}': add ?tenant=<slug>")
+    return [version_out(v) for v in versions]
+
+
+@router.get("/versions", response=list[VersionOut])
+def list_versions(request: HttpRequest, state: VersionState | None = None, limit: int = 100):
+    """Versions you can see, newest first; reviewers use `?state=pending_review` as a queue."""
+    qs = visible_versions(request.auth)
+    if state:
+        qs = qs.filter(state=state)
+    return [version_out(v) for v in qs.order_by("created_at" if state else "-created_at")[:limit]]
+
+
+@router.get("/versions/{version_id}", response=VersionOut)
+def get_version(request: HttpRequest, version_id: int):
+    return version_out(get_visible_version(request.auth, version_id))
+
+
+@router.post("/versions/{version_id}/approve", response=VersionOut)
+def approve_version(request: HttpRequest, version_id: int, body: NoteIn):
+    get_visible_version(request.auth, version_id)
+    services.approve_version(version_id=version_id, principal=request.auth, note=body.note)
+    return version_out(get_visible_version(request.auth, version_id))
+
+
+@router.post("/versions/{version_id}/reject", response=VersionOut)
+def reject_version(request: HttpRequest, version_id: int, body: NoteIn):
+    get_visible_version(request.auth, version_id)
+    services.reject_version(version_id=version_id, principal=request.auth, note=body.note)
+    return version_out(get_visible_version(request.auth, version_id))
+
+
+# --- aliases ---------------------------------------------------------------------------------
+
+
+def _alias(principal: Principal, name: str, tenant: str | None) -> Alias:
+    target = acting_tenant(principal, tenant)
+    alias = (
+        Alias.objects.select_related(
+            "tenant", "adapter", "version__adapter", "canary_version__adapter"
+        )
+        .filter(tenant=target, name=name)
+        .first()
+    )
+    if alias is None:
+        raise NotFound(f"tenant '{target.slug}' has no alias '{name}'")
+    return alias
+
+
+@router.get("/aliases", response=list[AliasOut])
+def list_aliases(request: HttpRequest, tenant: str | None = None):
+    principal: Principal = request.auth
+    qs = Alias.objects.select_related(
+        "tenant", "adapter", "version__adapter", "canary_version__adapter"
+    )
+    if not principal.is_operator:
+        qs = qs.filter(tenant_id__in=principal.tenant_ids)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    return [alias_out(a) for a in qs]
+
+
+@router.get("/aliases/{name}", response=AliasOut)
+def get_alias(request: HttpRequest, name: str, tenant: str | None = None):
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+@router.put("/aliases/{name}", response=AliasOut)
+def put_alias(request: HttpRequest, name: str, body: AliasTargetIn, tenant: str | None = None):
+    target = acting_tenant(request.auth, tenant)
+    aliases.set_alias(
+        principal=request.auth,
+        tenant=target,
+        name=name,
+        version_id=body.version_id,
+        reason=body.reason,
+    )
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+@router.post("/aliases/{name}/canary", response=AliasOut)
+def canary_alias(request: HttpRequest, name: str, body: CanaryIn, tenant: str | None = None):
+    target = acting_tenant(request.auth, tenant)
+    aliases.set_canary(
+        principal=request.auth,
+        tenant=target,
+        name=name,
+        version_id=body.version_id,
+        percent=body.percent,
+        api_keys=body.api_keys,
+        reason=body.reason,
+    )
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+@router.post("/aliases/{name}/promote", response=AliasOut)
+def promote_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str | None = None):
+    target = acting_tenant(request.auth, tenant)
+    aliases.promote_alias(principal=request.auth, tenant=target, name=name, reason=body.reason)
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+@router.post("/aliases/{name}/rollback", response=AliasOut)
+def rollback_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str | None = None):
+    target = acting_tenant(request.auth, tenant)
+    aliases.rollback_alias(principal=request.auth, tenant=target, name=name, reason=body.reason)
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+# --- keys and audit --------------------------------------------------------------------------
+
+
+@router.get("/signing-keys", response=list[SigningKeyOut])
+def signing_keys(request: HttpRequest):
+    """The public keys serving nodes verify signatures with (id → raw Ed25519, base64)."""
+    current = keys.current_key_id()
+    return [
+        {"key_id": kid, "algorithm": "ed25519", "public_key": pub, "current": kid == current}
+        for kid, pub in keys.published_public_keys().items()
+    ]
+
+
+@router.get("/audit", response=list[AuditOut])
+def audit(
+    request: HttpRequest, tenant: str | None = None, action: str | None = None, limit: int = 200
+):
+    """Operators see every event; a tenant admin sees their own tenant's."""
+    principal: Principal = request.auth
+    qs = AuditEvent.objects.select_related("actor", "actor_key", "tenant")
+    if not principal.is_operator:
+        if not principal.admin_tenant_ids:
+            raise Forbidden("the audit log is for operators and tenant admins")
+        qs = qs.filter(tenant_id__in=principal.admin_tenant_ids)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    if action:
+        qs = qs.filter(action__startswith=action)
+    return [
+        {
+            "at": e.at,
+            "action": e.action,
+            "actor": e.actor.get_username()
+            if e.actor
+            else (f"key {e.actor_key.prefix}" if e.actor_key else None),
+            "tenant": e.tenant.slug if e.tenant else None,
+            "object_type": e.object_type,
+            "object_id": e.object_id,
+            "before": e.before,
+            "after": e.after,
+            "note": e.note,
+        }
+        for e in qs[: min(limit, 1000)]
+    ]

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from apps.registry import keys
+
+
+class Command(BaseCommand):
+    help = "Create the platform's Ed25519 signing key at LORAHUB_SIGNING_KEY_FILE if missing."
+
+    def handle(self, *args, **options) -> None:
+        if settings.LORAHUB_SIGNING_KEY:
+            self.stdout.write("LORAHUB_SIGNING_KEY is set; nothing to create")
+            return
+        key_id = keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
+        self.stdout.write(f"signing key {key_id} at {settings.LORAHUB_SIGNING_KEY_FILE}")

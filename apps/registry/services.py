@@ -1,0 +1,434 @@
+"""Registry workflows: upload, validate, review and sign, base models. Aliases: ``aliases.py``.
+
+Every write to the registry's models happens here, inside a transaction, with its audit event.
+Callers (API handlers, tasks, commands) authorize, call one function and return.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.registry import archives, keys, signing
+from apps.registry.choices import VersionState
+from apps.registry.errors import Rejected
+from apps.registry.models import Adapter, AdapterVersion, BaseModel
+from apps.registry.storage import StorageError, get_store
+from apps.registry.validation import (
+    BaseModelSpec,
+    check_file_names,
+    llama_modules,
+    validate_adapter,
+)
+from apps.tenants import services as tenant_services
+from apps.tenants.auth import Principal
+from apps.tenants.errors import Conflict, Forbidden, Invalid, QuotaExceeded, TooLarge
+from apps.tenants.models import Tenant, slug_validator
+
+logger = logging.getLogger(__name__)
+
+VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,63}$")
+MAX_FILES_PER_UPLOAD = 3
+
+
+@dataclass(frozen=True)
+class UploadFile:
+    """One uploaded file. ``name`` is the caller's file name: data, never used as a path."""
+
+    name: str
+    stream: BinaryIO
+    size: int
+
+
+# --- base models -----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def register_base_model(
+    *, name: str, revision: str, model_config: dict[str, Any], max_lora_rank: int
+) -> BaseModel:
+    """Record (or update the shapes of) a base model the platform serves."""
+    base, _ = BaseModel.objects.update_or_create(
+        name=name,
+        revision=revision,
+        defaults={
+            "num_layers": model_config["num_hidden_layers"],
+            "modules": llama_modules(model_config),
+            "max_lora_rank": max_lora_rank,
+        },
+    )
+    return base
+
+
+def base_model_specs() -> list[BaseModelSpec]:
+    return [
+        BaseModelSpec(b.name, b.revision, b.num_layers, b.modules, b.max_lora_rank)
+        for b in BaseModel.objects.all()
+    ]
+
+
+# --- upload ----------------------------------------------------------------------------------
+
+
+def storage_prefix(version: AdapterVersion) -> str:
+    adapter = version.adapter
+    return f"tenants/{adapter.tenant.slug}/adapters/{adapter.adapter_id}/{version.version}"
+
+
+def upload_limit_bytes(tenant: Tenant) -> int:
+    quota_mb = tenant_services.get_quota(tenant).max_upload_mb
+    return min(quota_mb, settings.LORAHUB_MAX_UPLOAD_MB) * 1024 * 1024
+
+
+def _check_upload_names(files: list[UploadFile]) -> None:
+    if not files:
+        raise Rejected(
+            "the upload has no files; send adapter_config.json and adapter_model.safetensors, "
+            "or one .zip/.tar.gz archive of them"
+        )
+    if len(files) > MAX_FILES_PER_UPLOAD:
+        raise Rejected(
+            f"the upload has {len(files)} files; send adapter_config.json and "
+            "adapter_model.safetensors (and optionally README.md), or one archive"
+        )
+    for f in files:
+        pure = PurePosixPath(f.name.replace("\\", "/"))
+        if not f.name or pure.name != f.name or f.name.startswith(".") or f.name in ("..", "."):
+            raise Rejected(f"file name '{f.name}' must be a plain name without folders")
+    names = [f.name for f in files]
+    if any(archives.is_archive(n) for n in names):
+        if len(files) > 1:
+            raise Rejected("upload either one archive or the adapter's files, not both")
+        return
+    check_file_names(names)
+
+
+def _next_version_string(adapter: Adapter) -> str:
+    today = timezone.now().strftime("%Y-%m-%d")
+    taken = set(
+        adapter.versions.filter(version__startswith=today).values_list("version", flat=True)
+    )
+    n = 1
+    while f"{today}.{n}" in taken:
+        n += 1
+    return f"{today}.{n}"
+
+
+def upload_version(
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    adapter_id: str,
+    files: list[UploadFile],
+    version: str | None = None,
+    base_model_revision: str = "",
+    training_data_summary: str = "",
+) -> AdapterVersion:
+    """Stage an upload and queue its validation. Returns the new version (``validating``).
+
+    Refuses at once, storing nothing, what needs no unpacking to judge: bad names, too many
+    or duplicate files, pickle files, size over the tenant's limit, quota, a taken version.
+    """
+    if tenant.id not in principal.tenant_ids:
+        raise Forbidden("you can upload only to your own tenant")
+    try:
+        slug_validator(adapter_id)
+    except Exception:
+        raise Invalid(
+            f"adapter id '{adapter_id}' is not valid: use 2-63 lowercase letters, digits and "
+            "hyphens, starting with a letter or digit"
+        ) from None
+    if version is not None and not VERSION_RE.match(version):
+        raise Invalid(
+            f"version '{version}' is not valid: use up to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (e.g. 2026-07-04.3)"
+        )
+    _check_upload_names(files)
+    limit = upload_limit_bytes(tenant)
+    total = sum(f.size for f in files)
+    if total > limit:
+        raise TooLarge(
+            f"the upload is {total / 1048576:.1f} MB; tenant '{tenant.slug}' may upload at most "
+            f"{limit // 1048576} MB per version (ask an operator to raise max_upload_mb)"
+        )
+    quota = tenant_services.get_quota(tenant)
+    store = get_store()
+    staged = f"staging/{uuid.uuid4().hex}"
+    try:
+        with transaction.atomic():
+            adapter = (
+                Adapter.objects.select_for_update()
+                .filter(tenant=tenant, adapter_id=adapter_id)
+                .first()
+            )
+            if adapter is None:
+                if Adapter.objects.filter(tenant=tenant).count() >= quota.max_adapters:
+                    raise QuotaExceeded(
+                        f"tenant '{tenant.slug}' has reached its limit of {quota.max_adapters} "
+                        "adapters; upload a new version of an existing adapter or ask an operator"
+                    )
+                adapter = Adapter.objects.create(tenant=tenant, adapter_id=adapter_id)
+            if adapter.versions.count() >= quota.max_versions_per_adapter:
+                raise QuotaExceeded(
+                    f"adapter '{adapter_id}' has reached its limit of "
+                    f"{quota.max_versions_per_adapter} versions"
+                )
+            version = version or _next_version_string(adapter)
+            if adapter.versions.filter(version=version).exists():
+                raise Conflict(
+                    f"version '{version}' of '{adapter_id}' already exists; versions are "
+                    "immutable and never reused, so choose a new version string"
+                )
+            row = AdapterVersion.objects.create(
+                adapter=adapter,
+                version=version,
+                uploaded_by=principal.user,
+                uploaded_by_key=principal.api_key,
+                base_model_revision=base_model_revision.strip(),
+                training_data_summary=training_data_summary.strip(),
+                staging_prefix=staged,
+            )
+            index = []
+            for n, f in enumerate(files):
+                key = f"{staged}/{n}"
+                store.put(key, f.stream)
+                index.append({"name": f.name, "key": key, "size": f.size})
+            store.put(f"{staged}/index.json", json.dumps(index).encode())
+            tenant_services.record_event(
+                action="version.upload",
+                obj=row,
+                actor=principal.user,
+                actor_key=principal.api_key,
+                tenant=tenant,
+                after={"adapter": adapter_id, "version": version, "files": [f.name for f in files]},
+            )
+            from apps.registry import tasks
+
+            transaction.on_commit(lambda: tasks.validate_version.delay(row.pk))
+    except BaseException:
+        try:
+            store.delete_prefix(staged)
+        except StorageError:
+            logger.exception("could not clean up staged upload %s", staged)
+        raise
+    return row
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def _gather_files(version: AdapterVersion, work: Path) -> Path:
+    """Download the staged upload into ``work`` and return the folder with the adapter files."""
+    store = get_store()
+    index = json.loads(store.get(f"{version.staging_prefix}/index.json"))
+    folder = work / "adapter"
+    folder.mkdir()
+    limit = upload_limit_bytes(version.adapter.tenant)
+    for entry in index:
+        name = entry["name"]
+        if not archives.is_archive(name):
+            store.download(entry["key"], folder / PurePosixPath(name).name)
+            continue
+        packed = work / "upload.archive"
+        store.download(entry["key"], packed)
+        unpacked = work / "unpacked"
+        unpacked.mkdir()
+        names = archives.unpack(packed, name, unpacked, max_bytes=limit)
+        tops = {n.split("/")[0] for n in names}
+        root = unpacked
+        if len(tops) == 1 and all("/" in n for n in names):
+            root = unpacked / tops.pop()
+        rel = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+        nested = [n for n in rel if "/" in n]
+        if nested:
+            raise Rejected(
+                f"archive '{name}' has files in sub-folders ({nested[0]}); put the adapter "
+                "files at the top of the archive or inside one folder"
+            )
+        check_file_names(rel)
+        for n in rel:
+            shutil.move(root / n, folder / n)
+    return folder
+
+
+def validate_version(*, version_id: int) -> AdapterVersion:
+    """Validate a staged upload; publish it for review or reject it. Idempotent.
+
+    On rejection nothing of the upload stays in storage and the version can never be
+    approved; its version string stays taken.
+    """
+    version = AdapterVersion.objects.select_related("adapter__tenant").get(pk=version_id)
+    if version.state != VersionState.VALIDATING:
+        return version
+    store = get_store()
+    prefix = storage_prefix(version)
+    written: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="lorahub-validate-") as tmp:
+            folder = _gather_files(version, Path(tmp))
+            result = validate_adapter(
+                folder,
+                base_models=base_model_specs(),
+                revision_hint=version.base_model_revision or None,
+            )
+            for name in sorted(result.files):
+                with (folder / name).open("rb") as fh:
+                    store.put(f"{prefix}/{name}", fh)
+                written.append(f"{prefix}/{name}")
+    except Rejected as exc:
+        _delete_keys(written)
+        return _finish_validation(version_id, rejected=exc.message)
+    except StorageError:
+        _delete_keys(written)
+        raise  # the task retries
+    return _finish_validation(version_id, result=result, prefix=prefix)
+
+
+def _delete_keys(keys_: list[str]) -> None:
+    if keys_:
+        get_store().delete_prefix(keys_[0].rsplit("/", 1)[0])
+
+
+@transaction.atomic
+def _finish_validation(
+    version_id: int, *, rejected: str | None = None, result=None, prefix: str = ""
+) -> AdapterVersion:
+    version = (
+        AdapterVersion.objects.select_for_update(of=("self",))
+        .select_related("adapter__tenant")
+        .get(pk=version_id)
+    )
+    if version.state != VersionState.VALIDATING:
+        return version
+    staged = version.staging_prefix
+    version.validated_at = timezone.now()
+    version.staging_prefix = ""
+    if rejected is not None:
+        version.state = VersionState.REJECTED
+        version.rejection_reason = rejected
+        action, after = "version.validation_failed", {"reason": rejected}
+    else:
+        version.state = VersionState.PENDING_REVIEW
+        version.base_model = result.base_model
+        version.base_model_revision = result.base_model_revision
+        version.rank = result.rank
+        version.lora_alpha = result.lora_alpha
+        version.target_modules = list(result.target_modules)
+        version.files = result.files
+        version.size_bytes = result.size_bytes
+        version.storage_prefix = prefix
+        version.manifest_digest = signing.manifest_digest(version.manifest())
+        action, after = "version.validated", {"manifest_digest": version.manifest_digest}
+    version.save()
+    tenant_services.record_event(
+        action=action,
+        obj=version,
+        tenant=version.adapter.tenant,
+        before={"state": VersionState.VALIDATING},
+        after={"state": version.state, **after},
+    )
+    transaction.on_commit(lambda: get_store().delete_prefix(staged))
+    return version
+
+
+# --- review and signing ----------------------------------------------------------------------
+
+
+def _version_for_review(version_id: int, principal: Principal) -> AdapterVersion:
+    principal.require_reviewer()
+    version = (
+        AdapterVersion.objects.select_for_update(of=("self",))
+        .select_related("adapter__tenant")
+        .get(pk=version_id)
+    )
+    if version.state != VersionState.PENDING_REVIEW:
+        raise Conflict(
+            f"version {version.label} is {version.get_state_display().lower()}; only versions "
+            "pending review can be approved or rejected"
+        )
+    own_upload = principal.user is not None and principal.user.pk == version.uploaded_by_id
+    if own_upload or version.adapter.tenant_id in principal.tenant_ids:
+        raise Forbidden("reviewers cannot review their own tenant's uploads; ask another reviewer")
+    return version
+
+
+@transaction.atomic
+def approve_version(*, version_id: int, principal: Principal, note: str = "") -> AdapterVersion:
+    """Approve and sign: the signature covers the version's identity and every file's sha256."""
+    version = _version_for_review(version_id, principal)
+    manifest = version.manifest()
+    if signing.manifest_digest(manifest) != version.manifest_digest:
+        raise Conflict(f"version {version.label}'s manifest changed since validation; refusing")
+    private = keys.private_key()
+    version.signature = signing.sign_manifest(private, manifest)
+    version.signing_key_id = signing.key_id(signing.public_key_b64(private))
+    version.state = VersionState.APPROVED
+    version.reviewer = principal.user
+    version.review_note = note.strip()
+    version.reviewed_at = timezone.now()
+    version.save()
+    tenant_services.record_event(
+        action="version.approve",
+        obj=version,
+        actor=principal.user,
+        tenant=version.adapter.tenant,
+        before={"state": VersionState.PENDING_REVIEW},
+        after={"state": version.state},
+        note=version.review_note,
+    )
+    tenant_services.record_event(
+        action="version.sign",
+        obj=version,
+        actor=principal.user,
+        tenant=version.adapter.tenant,
+        after={
+            "signing_key_id": version.signing_key_id,
+            "manifest_digest": version.manifest_digest,
+        },
+    )
+    return version
+
+
+@transaction.atomic
+def reject_version(*, version_id: int, principal: Principal, note: str) -> AdapterVersion:
+    if not note.strip():
+        raise Invalid("say why the version is rejected, so that the tenant can fix it")
+    version = _version_for_review(version_id, principal)
+    version.state = VersionState.REJECTED
+    version.reviewer = principal.user
+    version.review_note = note.strip()
+    version.reviewed_at = timezone.now()
+    version.save()
+    tenant_services.record_event(
+        action="version.reject",
+        obj=version,
+        actor=principal.user,
+        tenant=version.adapter.tenant,
+        before={"state": VersionState.PENDING_REVIEW},
+        after={"state": version.state},
+        note=version.review_note,
+    )
+    return version
+
+
+def verify_version(version: AdapterVersion, public_keys: dict[str, str] | None = None) -> bool:
+    """True if the version's signature is valid for its manifest under a published key."""
+    if not version.signature:
+        return False
+    return signing.verify_manifest(
+        public_keys if public_keys is not None else keys.published_public_keys(),
+        version.signing_key_id,
+        version.manifest(),
+        version.signature,
+    )

@@ -1,0 +1,45 @@
+"""Domain errors, mapped to HTTP status in one handler (``lorahub/api.py``).
+
+Messages are read by people: say what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Invalid(DomainError):
+    status = 422
+    code = "invalid"
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+
+
+class Forbidden(DomainError):
+    status = 403
+    code = "forbidden"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class QuotaExceeded(DomainError):
+    status = 429
+    code = "quota_exceeded"
+
+
+class TooLarge(DomainError):
+    status = 413
+    code = "too_large"

@@ -1,0 +1,99 @@
+"""Registry fixtures: the served base model, adapter files to upload, and API helpers."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from apps.registry import services
+from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME
+from apps.serving import demo_corpus as corpus
+from apps.tenants import services as tenant_services
+
+
+@pytest.fixture
+def base_model(db, demo_dir):
+    config = json.loads((demo_dir / "base-model" / "config.json").read_text())
+    return services.register_base_model(
+        name=corpus.BASE_MODEL_NAME,
+        revision=corpus.BASE_MODEL_REVISION,
+        model_config=config,
+        max_lora_rank=16,
+    )
+
+
+@pytest.fixture
+def adapter_files(demo_dir, tmp_path) -> Path:
+    """A copy of the support-v1 demo adapter that a test may modify."""
+    folder = tmp_path / "support-v1"
+    shutil.copytree(demo_dir / "adapters" / "support-v1", folder)
+    return folder
+
+
+@pytest.fixture
+def registry(s3_settings, signing_key, base_model, celery_worker, transactional_db):
+    """Everything an end-to-end registry test needs: S3, a signing key, the worker."""
+    return s3_settings
+
+
+def key_client(tenant, name: str = "test") -> Client:
+    _, plaintext = tenant_services.issue_api_key(tenant=tenant, name=name, actor=None)
+    return Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+
+
+def user_client(username: str, password: str) -> Client:
+    client = Client()
+    assert client.login(username=username, password=password)
+    return client
+
+
+def files_of(folder: Path) -> list:
+    """The folder's files as uploads for the Django test client."""
+    uploads = []
+    for path in sorted(folder.iterdir()):
+        handle = io.BytesIO(path.read_bytes())
+        handle.name = path.name
+        uploads.append(handle)
+    return uploads
+
+
+def upload(client: Client, adapter_id: str, files: list, **fields):
+    return client.post(f"/api/adapters/{adapter_id}/versions", {"files": files, **fields})
+
+
+def wait_validated(client: Client, version_id: int, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = client.get(f"/api/versions/{version_id}").json()
+        if body["state"] != "validating":
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"version {version_id} still validating after {timeout}s")
+
+
+def edit_config(folder: Path, **changes) -> None:
+    path = folder / CONFIG_NAME
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+def edit_tensors(folder: Path, edit) -> None:
+    """Load the adapter's tensors as numpy arrays, let ``edit`` change the dict, save again."""
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / WEIGHTS_NAME
+    tensors = load_file(path)
+    edit(tensors)
+    path.unlink()
+    save_file(tensors, path)
