@@ -89,7 +89,9 @@ def unpack(archive_path: Path, archive_name: str, dest_dir: Path, *, max_bytes: 
                         )
                     if info.is_dir() or not name:
                         continue
-                    if mode and not stat.S_ISREG(mode):
+                    # Many zip tools record no file type at all; only a recorded non-regular
+                    # type (device, FIFO, socket) is refused.
+                    if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                         raise Rejected(
                             f"archive '{archive_name}' has a special file ('{info.filename}'); "
                             "only regular files are allowed"
