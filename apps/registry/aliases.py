@@ -59,12 +59,10 @@ def _snapshot(alias: Alias) -> dict[str, Any]:
 
 
 def _locked_alias_or_none(tenant: Tenant, name: str) -> Alias | None:
-    return (
-        Alias.objects.select_for_update(of=("self",))
-        .select_related("tenant", "adapter", "version__adapter", "canary_version__adapter")
-        .filter(tenant=tenant, name=name)
-        .first()
-    )
+    # No joins in the locking query: when a racing move changes version_id, PostgreSQL
+    # re-checks a joined row against the old join partner and would return nothing.
+    # Related rows are loaded after the lock is held, so they are current.
+    return Alias.objects.select_for_update().filter(tenant=tenant, name=name).first()
 
 
 def _locked_alias(tenant: Tenant, name: str) -> Alias:
@@ -308,6 +306,19 @@ def canary_bucket(alias: Alias, request_key: str) -> int:
     return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % CANARY_BUCKETS
 
 
+def choose_version(
+    alias: Alias, request_key: str, api_key_prefix: str | None = None
+) -> tuple[AdapterVersion, bool]:
+    """Stable or canary for this request: listed API keys always get the canary; other
+    request keys get it when their bucket falls under the canary percentage."""
+    if alias.canary_version is not None and (
+        (api_key_prefix is not None and api_key_prefix in alias.canary_api_keys)
+        or canary_bucket(alias, request_key) < alias.canary_percent * (CANARY_BUCKETS // 100)
+    ):
+        return alias.canary_version, True
+    return alias.version, False
+
+
 def resolve_alias(
     *, tenant: Tenant, name: str, request_key: str, api_key_prefix: str | None = None
 ) -> ResolvedVersion:
@@ -316,18 +327,15 @@ def resolve_alias(
     The same request key always gets the same answer while the alias is unchanged.
     """
     alias = (
-        Alias.objects.select_related("tenant", "version__adapter", "canary_version__adapter")
+        Alias.objects.select_related(
+            "tenant", "version__adapter__tenant", "canary_version__adapter__tenant"
+        )
         .filter(tenant=tenant, name=name)
         .first()
     )
     if alias is None:
         raise NotFound(f"tenant '{tenant.slug}' has no alias '{name}'")
-    chosen, is_canary = alias.version, False
-    if alias.canary_version is not None and (
-        (api_key_prefix is not None and api_key_prefix in alias.canary_api_keys)
-        or canary_bucket(alias, request_key) < alias.canary_percent * (CANARY_BUCKETS // 100)
-    ):
-        chosen, is_canary = alias.canary_version, True
+    chosen, is_canary = choose_version(alias, request_key, api_key_prefix)
     if not chosen.is_servable:
         raise Forbidden(f"version {chosen.label} is not approved and signed; it cannot be served")
     return ResolvedVersion(

@@ -97,3 +97,34 @@ def edit_tensors(folder: Path, edit) -> None:
     edit(tensors)
     path.unlink()
     save_file(tensors, path)
+
+
+def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) -> int:
+    """Upload, validate (in this process) and approve a version through the services."""
+    from apps.tenants.auth import principal_for_key, principal_for_user
+
+    key, _ = tenant_services.issue_api_key(tenant=tenant, name=f"pub-{version}", actor=None)
+    paths = sorted(folder.iterdir())
+    row = services.upload_version(
+        principal=principal_for_key(key),
+        tenant=tenant,
+        adapter_id=adapter_id,
+        version=version,
+        files=[
+            services.UploadFile(p.name, io.BytesIO(p.read_bytes()), p.stat().st_size) for p in paths
+        ],
+    )
+    validated = services.validate_version(version_id=row.pk)
+    assert validated.state == "pending_review", validated.rejection_reason
+    services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
+    return row.pk
+
+
+@pytest.fixture
+def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir, transactional_db):
+    """Three approved versions of tenant A's 'support' adapter: v1, v2, v3."""
+    folder = demo_dir / "adapters"
+    return {
+        name: publish(tenant_a, "support", name, folder / src, reviewer)
+        for name, src in (("v1", "support-v1"), ("v2", "support-v2"), ("v3", "support-v1"))
+    }
