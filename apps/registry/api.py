@@ -279,7 +279,11 @@ def list_adapter_versions(request: HttpRequest, adapter_id: str, tenant: str | N
     if tenant:
         qs = qs.filter(adapter__tenant__slug=tenant)
     versions = list(qs)
-    if not versions and not Adapter.objects.filter(adapter_id=adapter_id).exists():
+    principal: Principal = request.auth
+    adapters = Adapter.objects.filter(adapter_id=adapter_id)
+    if not (principal.is_reviewer or principal.is_operator):
+        adapters = adapters.for_tenants(principal.tenant_ids)
+    if not versions and not adapters.exists():
         raise NotFound(f"no adapter '{adapter_id}' that you can see")
     if len({v.adapter.tenant_id for v in versions}) > 1:
         raise Invalid(f"several tenants have an adapter '{adapter_id}': add ?tenant=<slug>")
@@ -416,7 +420,7 @@ def audit(
             raise Forbidden("the audit log is for operators and tenant admins")
         qs = qs.filter(tenant_id__in=principal.admin_tenant_ids)
     if tenant:
-        qs = qs.filter(tenant__slug=tenant)
+        qs = qs.filter(tenant=visible_tenant(principal, tenant))
     if action:
         qs = qs.filter(action__startswith=action)
     return [

@@ -235,7 +235,7 @@ def test_racing_moves_are_serialised_and_never_half_applied(published, tenant_a)
                 )
         except (Invalid, Conflict):
             pass  # e.g. canary equal to the stable version by then: refused whole
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()
