@@ -17,8 +17,7 @@ def a_world(published, tenant_a, tenant_b):
     from apps.tenants.auth import principal_for_user
 
     alice = principal_for_user(get_user_model().objects.get(username="alice"))
-    aliases.set_alias(principal=alice, tenant=tenant_a, name="support",
-                      version_id=published["v1"])
+    aliases.set_alias(principal=alice, tenant=tenant_a, name="support", version_id=published["v1"])
     a_key = ApiKey.objects.filter(tenant=tenant_a).first()
     return {"version": published["v2"], "key_prefix": a_key.prefix}
 
@@ -35,8 +34,11 @@ ENDPOINTS = [
     ("post", "/api/versions/{version}/reject", {"note": "x"}),
     ("get", "/api/aliases/support?tenant=tenant-a", None),
     ("put", "/api/aliases/support?tenant=tenant-a", {"version_id": "{version}"}),
-    ("post", "/api/aliases/support/canary?tenant=tenant-a",
-     {"version_id": "{version}", "percent": 50}),
+    (
+        "post",
+        "/api/aliases/support/canary?tenant=tenant-a",
+        {"version_id": "{version}", "percent": 50},
+    ),
     ("post", "/api/aliases/support/promote?tenant=tenant-a", {}),
     ("post", "/api/aliases/support/rollback?tenant=tenant-a", {}),
     ("put", "/api/aliases/support", {"version_id": "{version}"}),
@@ -47,8 +49,10 @@ ENDPOINTS = [
 def _call(client, method, path, body, world):
     path = path.format(**world)
     if body is not None:
-        body = {k: (int(v.format(**world)) if isinstance(v, str) and "{" in v else v)
-                for k, v in body.items()}
+        body = {
+            k: (int(v.format(**world)) if isinstance(v, str) and "{" in v else v)
+            for k, v in body.items()
+        }
         return getattr(client, method)(path, body, content_type="application/json")
     return getattr(client, method)(path)
 
@@ -56,7 +60,9 @@ def _call(client, method, path, body, world):
 def _snapshot():
     alias = Alias.objects.get(name="support", tenant__slug="tenant-a")
     return (
-        alias.version_id, alias.canary_version_id, alias.canary_percent,
+        alias.version_id,
+        alias.canary_version_id,
+        alias.canary_percent,
         sorted(AdapterVersion.objects.values_list("pk", "state")),
         sorted(ApiKey.objects.values_list("prefix", "revoked_at")),
         list(Quota.objects.values_list("tenant_id", "max_adapters")),
@@ -64,8 +70,9 @@ def _snapshot():
 
 
 @pytest.mark.parametrize("as_key", [True, False], ids=["api-key", "session"])
-@pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS,
-                         ids=[f"{m} {p}" for m, p, _ in ENDPOINTS])
+@pytest.mark.parametrize(
+    ("method", "path", "body"), ENDPOINTS, ids=[f"{m} {p}" for m, p, _ in ENDPOINTS]
+)
 def test_tenant_b_is_refused_and_learns_nothing(a_world, tenant_b, method, path, body, as_key):
     client = key_client(tenant_b, "b") if as_key else user_client("bob", "bob-pass-123")
     before = _snapshot()

@@ -32,6 +32,7 @@ def test_api_me_lists_roles_and_requires_authentication(client, tenant_a, review
     client.login(username="rita", password="rita-pass-123")
     assert client.get("/api/me").json() == {
         "username": "rita",
+        "api_key": None,
         "platform_roles": ["reviewer"],
         "tenants": [],
     }
@@ -42,10 +43,20 @@ def test_the_openapi_document_is_served(client, db):
 
 
 @pytest.mark.django_db
-def test_seed_demo_is_idempotent_and_prints_working_credentials(client, capsys, settings, tmp_path):
+def test_seed_demo_is_idempotent_and_publishes_working_demo_adapters(
+    client, capsys, settings, tmp_path, demo_dir, signing_key
+):
+    from apps.registry import aliases, storage
+
     settings.VAR_DIR = tmp_path
-    call_command("seed_demo")
-    call_command("seed_demo")
+    settings.LORAHUB_S3_ENDPOINT = ""
+    settings.LORAHUB_LOCAL_STORE_DIR = tmp_path / "objects"
+    storage.get_store.cache_clear()
+    try:
+        call_command("seed_demo")
+        call_command("seed_demo")
+    finally:
+        storage.get_store.cache_clear()
     out = capsys.readouterr().out
     assert Tenant.objects.filter(slug__in=["acme", "globex"]).count() == 2
     assert Membership.objects.filter(user__username="alice", tenant__slug="acme").exists()
@@ -53,3 +64,12 @@ def test_seed_demo_is_idempotent_and_prints_working_credentials(client, capsys, 
     password = line.split("password")[1].split()[0]
     assert client.login(username="otto", password=password)
     assert "operator" in client.get("/api/me").json()["platform_roles"]
+    acme_key = next(
+        line.split()[1] for line in out.splitlines()[::-1] if line.strip().startswith("acme ")
+    )
+    assert client.get("/api/aliases", HTTP_AUTHORIZATION=f"Bearer {acme_key}").status_code == 200
+    resolved = aliases.resolve_alias(
+        tenant=Tenant.objects.get(slug="acme"), name="support", request_key="k"
+    )
+    assert (resolved.adapter_id, resolved.version) == ("support", "demo.1")
+    assert (tmp_path / "objects" / resolved.storage_prefix / "adapter_model.safetensors").exists()

@@ -1,0 +1,101 @@
+"""API keys (shown once, stored hashed, revocable), quotas (operators), the audit log."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from apps.tenants import services
+from apps.tenants.choices import TenantRole
+from apps.tenants.models import ApiKey, AuditEvent, Quota
+
+
+def login(username: str) -> Client:
+    client = Client()
+    assert client.login(username=username, password=f"{username}-pass-123")
+    return client
+
+
+@pytest.mark.django_db
+def test_a_new_key_is_shown_once_and_only_its_hash_is_stored(tenant_a):
+    alice = login("alice")
+    response = alice.post(
+        "/api/tenants/tenant-a/keys", {"name": "ci"}, content_type="application/json"
+    )
+    assert response.status_code == 201
+    plaintext = response.json()["key"]
+    assert plaintext.startswith("lh_")
+    row = ApiKey.objects.get(name="ci")
+    assert plaintext not in str(ApiKey.objects.filter(pk=row.pk).values().first())
+    listed = alice.get("/api/tenants/tenant-a/keys").json()
+    assert [k["name"] for k in listed] == ["ci"]
+    assert "key" not in listed[0] and plaintext not in str(listed)
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/me").json()["tenants"] == [
+        {"tenant": "tenant-a", "role": "api_key"}
+    ]
+    again = alice.post(
+        "/api/tenants/tenant-a/keys", {"name": "ci"}, content_type="application/json"
+    )
+    assert again.status_code == 409
+
+
+@pytest.mark.django_db
+def test_revoking_a_key_stops_it_at_once_and_records_who(tenant_a):
+    alice = login("alice")
+    plaintext = alice.post(
+        "/api/tenants/tenant-a/keys", {"name": "old"}, content_type="application/json"
+    ).json()["key"]
+    prefix = plaintext.split("_")[1]
+    assert alice.delete(f"/api/tenants/tenant-a/keys/{prefix}").json()["revoked_at"]
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {plaintext}").get("/api/me").status_code == 401
+    event = AuditEvent.objects.get(action="api_key.revoke")
+    assert event.actor.username == "alice"
+    assert event.after == {"active": False}
+
+
+@pytest.mark.django_db
+def test_members_who_are_not_admins_cannot_manage_keys_or_read_the_audit_log(tenant_a):
+    user = services.ensure_user(username="mia", password="mia-pass-123")
+    services.add_member(tenant=tenant_a, user=user, role=TenantRole.MEMBER)
+    mia = login("mia")
+    response = mia.post(
+        "/api/tenants/tenant-a/keys", {"name": "x"}, content_type="application/json"
+    )
+    assert response.status_code == 403
+    assert "only an admin of tenant 'tenant-a'" in response.json()["detail"]
+    assert mia.get("/api/audit").status_code == 403
+
+
+@pytest.mark.django_db
+def test_only_operators_set_quotas_and_bad_values_are_refused(tenant_a, operator):
+    alice = login("alice")
+    refused = alice.put(
+        "/api/tenants/tenant-a/quota", {"max_adapters": 999}, content_type="application/json"
+    )
+    assert refused.status_code == 403
+    otto = login("otto")
+    bad = otto.put(
+        "/api/tenants/tenant-a/quota", {"max_upload_mb": -5}, content_type="application/json"
+    )
+    assert bad.status_code == 422
+    assert "max_upload_mb must be a whole number of 0 or more" in bad.json()["detail"]
+    ok = otto.put(
+        "/api/tenants/tenant-a/quota",
+        {"max_hot_adapters": 3, "max_upload_mb": 50},
+        content_type="application/json",
+    )
+    assert ok.status_code == 200
+    assert ok.json()["max_hot_adapters"] == 3
+    assert alice.get("/api/tenants/tenant-a/quota").json()["max_upload_mb"] == 50
+    event = AuditEvent.objects.get(action="quota.set", after__max_upload_mb=50)
+    assert event.before["max_upload_mb"] == Quota._meta.get_field("max_upload_mb").default
+
+
+@pytest.mark.django_db
+def test_operators_see_every_event_and_tenant_admins_only_their_own(tenant_a, tenant_b, operator):
+    services.issue_api_key(tenant=tenant_a, name="a", actor=None)
+    services.issue_api_key(tenant=tenant_b, name="b", actor=None)
+    tenants_seen = {e["tenant"] for e in login("otto").get("/api/audit").json()}
+    assert tenants_seen == {"tenant-a", "tenant-b"}
+    assert {e["tenant"] for e in login("alice").get("/api/audit").json()} == {"tenant-a"}
+    assert login("alice").get("/api/audit?tenant=tenant-b").status_code == 404
