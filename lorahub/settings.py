@@ -241,3 +241,25 @@ LORAHUB_RETIRED_PUBLIC_KEYS = env_list("LORAHUB_RETIRED_PUBLIC_KEYS", [])
 LORAHUB_MAX_UPLOAD_MB = env_int("LORAHUB_MAX_UPLOAD_MB", 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+# --- change events ----------------------------------------------------------------------------
+# Alias, key and quota changes are broadcast to every serving node over Redis pub/sub (works
+# across machines). Defaults to the Celery broker when that is Redis; with no Redis (the embedded
+# default) nodes poll the database's change marker instead. Either way a periodic full refresh
+# is the safety net.
+LORAHUB_EVENTS_URL = env_str(
+    "LORAHUB_EVENTS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
+)
+LORAHUB_EVENTS_CHANNEL = env_str("LORAHUB_EVENTS_CHANNEL", "lorahub:changes")
+LORAHUB_NODE_FULL_REFRESH_S = env_int("LORAHUB_NODE_FULL_REFRESH_S", 30, minimum=1)
+
+# --- request statistics -----------------------------------------------------------------------
+LORAHUB_REQUEST_LOG_RETENTION_DAYS = env_int("LORAHUB_REQUEST_LOG_RETENTION_DAYS", 7, minimum=1)
+LORAHUB_ROLLUP_RETENTION_DAYS = env_int("LORAHUB_ROLLUP_RETENTION_DAYS", 90, minimum=1)
+LORAHUB_NODE_NAME = env_str("LORAHUB_NODE_NAME", "node-1")
+# Overload: concurrent generations, and requests allowed to wait for one; beyond, 503.
+LORAHUB_NODE_MAX_CONCURRENT = env_int("LORAHUB_NODE_MAX_CONCURRENT", 32, minimum=1)
+LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
+LORAHUB_NODE_CACHE_DIR = env_path("LORAHUB_NODE_CACHE_DIR", VAR_DIR / "node-cache")
+# The node's internal control API (/internal/*): off unless a token is set.
+LORAHUB_INTERNAL_TOKEN = env_str("LORAHUB_INTERNAL_TOKEN")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,8 +25,11 @@ from typing import Any, TypeVar
 import pytest
 from django.conf import settings
 
+from apps.registry import services
+from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
+from tests.helpers import publish
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,14 +154,71 @@ def signing_key(settings, tmp_path):
     return keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
 
 
+# --- registry ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def base_model(db, demo_dir):
+    config = json.loads((demo_dir / "base-model" / "config.json").read_text())
+    return services.register_base_model(
+        name=corpus.BASE_MODEL_NAME,
+        revision=corpus.BASE_MODEL_REVISION,
+        model_config=config,
+        max_lora_rank=16,
+    )
+
+
+@pytest.fixture
+def adapter_files(demo_dir, tmp_path) -> Path:
+    """A copy of the support-v1 demo adapter that a test may modify."""
+    folder = tmp_path / "support-v1"
+    shutil.copytree(demo_dir / "adapters" / "support-v1", folder)
+    return folder
+
+
+@pytest.fixture
+def registry(s3_settings, signing_key, base_model, celery_worker, transactional_db):
+    """Everything an end-to-end registry test needs: S3, a signing key, the worker.
+
+    On the way out it waits for the worker to finish validations the test queued, so that
+    clearing the tables never races a worker transaction.
+    """
+    from apps.registry.models import AdapterVersion
+
+    yield s3_settings
+    deadline = time.monotonic() + 60
+    while AdapterVersion.objects.filter(state="validating").exists():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    time.sleep(0.2)  # the worker commits, then closes its transaction
+
+
+@pytest.fixture
+def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir, transactional_db):
+    """Three approved versions of tenant A's 'support' adapter: v1, v2, v3."""
+    folder = demo_dir / "adapters"
+    return {
+        name: publish(tenant_a, "support", name, folder / src, reviewer)
+        for name, src in (("v1", "support-v1"), ("v2", "support-v2"), ("v3", "support-v1"))
+    }
+
+
 # --- Celery worker ---------------------------------------------------------------------------
+
+
+def test_database_url() -> str:
+    """The URL of the test database, for processes the tests start (worker, node)."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str]:
     """A real Celery worker process on Redis, using the test database and the S3 server."""
     import redis
-    from django.db import connection
 
     from lorahub.celery import app
 
@@ -164,10 +226,7 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
     if not broker.startswith("redis://"):
         pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
     redis.Redis.from_url(broker).flushdb()
-    db = connection.settings_dict
-    database_url = (
-        f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
+    database_url = test_database_url()
     name = f"test-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
     env = {
         **os.environ,
@@ -257,3 +316,57 @@ def engine(demo_dir) -> Iterator[EngineRunner]:
         yield runner
     finally:
         runner.close()
+
+
+# --- the serving node ------------------------------------------------------------------------
+
+NODE_CACHE_CONFIG = """
+base_model: lorahub-demo-tiny
+base_model_revision: r1
+adapter_cache:
+  gpu_hot: {max_adapters: 2, max_lora_rank: 16}
+  cpu_warm: {max_adapters: 4}
+"""
+
+
+@pytest.fixture(scope="session")
+def node_url(django_db_setup, s3_server, demo_dir, tmp_path_factory) -> Iterator[str]:
+    """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
+
+    Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 8 waiting) so
+    that tests reach full slots and overload with a handful of requests.
+    """
+    import httpx
+
+    work = tmp_path_factory.mktemp("node")
+    config = work / "cache.yaml"
+    config.write_text(NODE_CACHE_CONFIG)
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "LORAHUB_S3_ENDPOINT": s3_server,
+        **S3_ENV,
+        "LORAHUB_CACHE_CONFIG": str(config),
+        "LORAHUB_NODE_CACHE_DIR": str(work / "cache"),
+        "LORAHUB_NODE_MAX_CONCURRENT": "4",
+        "LORAHUB_NODE_MAX_QUEUE": "8",
+        "LORAHUB_NODE_NAME": "test-node",
+    }
+    log = (work / "node.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runnode", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_port(port, proc, timeout=60)
+        deadline = time.monotonic() + 180
+        while httpx.get(f"{url}/healthz", timeout=5).status_code != 200:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the node did not become ready; see {work / 'node.log'}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop(proc)
+        log.close()

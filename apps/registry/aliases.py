@@ -19,6 +19,7 @@ from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
 from apps.tenants.errors import Conflict, Forbidden, Invalid, NotFound
+from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, Tenant, slug_validator
 
 CANARY_BUCKETS = 10_000
@@ -43,10 +44,15 @@ class ResolvedVersion:
     signature: str
     signing_key_id: str
     is_canary: bool
+    servable: bool = True
 
     @property
     def cache_key(self) -> tuple[int, str, str, str]:
         return (self.tenant_id, self.adapter_id, self.version, self.base_model_revision)
+
+    @property
+    def label(self) -> str:
+        return f"{self.adapter_id}@{self.version}"
 
 
 def _snapshot(alias: Alias) -> dict[str, Any]:
@@ -114,6 +120,7 @@ def _record(alias: Alias, action: str, principal: Principal, reason: str, before
         canary_percent=alias.canary_percent,
         **fields,
     )
+    publish_change("alias", tenant_id=alias.tenant_id, name=alias.name)
     tenant_services.record_event(
         action=f"alias.{action}",
         obj=alias,
@@ -300,23 +307,88 @@ def rollback_alias(*, principal: Principal, tenant: Tenant, name: str, reason: s
 # --- resolution --------------------------------------------------------------------------------
 
 
-def canary_bucket(alias: Alias, request_key: str) -> int:
+@dataclass(frozen=True)
+class AliasSnapshot:
+    """An alias as a serving node caches it: both targets resolved, the split rule kept."""
+
+    alias_id: int
+    tenant_id: int
+    name: str
+    stable: ResolvedVersion
+    canary: ResolvedVersion | None
+    canary_percent: int
+    canary_api_keys: frozenset[str]
+
+    def choose(self, request_key: str, api_key_prefix: str | None = None) -> ResolvedVersion:
+        """Listed API keys always get the canary; other request keys get it when their
+        bucket falls under the canary percentage. Deterministic per request key."""
+        if self.canary is not None and (
+            (api_key_prefix is not None and api_key_prefix in self.canary_api_keys)
+            or canary_bucket(self.alias_id, self.canary.version_id, request_key)
+            < self.canary_percent * (CANARY_BUCKETS // 100)
+        ):
+            return self.canary
+        return self.stable
+
+
+def canary_bucket(alias_id: int, canary_version_id: int, request_key: str) -> int:
     """A stable bucket in [0, 10000) for this alias, canary version and request key."""
-    seed = f"{alias.pk}:{alias.canary_version_id}:{request_key}".encode()
+    seed = f"{alias_id}:{canary_version_id}:{request_key}".encode()
     return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % CANARY_BUCKETS
 
 
-def choose_version(
-    alias: Alias, request_key: str, api_key_prefix: str | None = None
-) -> tuple[AdapterVersion, bool]:
-    """Stable or canary for this request: listed API keys always get the canary; other
-    request keys get it when their bucket falls under the canary percentage."""
-    if alias.canary_version is not None and (
-        (api_key_prefix is not None and api_key_prefix in alias.canary_api_keys)
-        or canary_bucket(alias, request_key) < alias.canary_percent * (CANARY_BUCKETS // 100)
-    ):
-        return alias.canary_version, True
-    return alias.version, False
+def _resolved(alias: Alias, version: AdapterVersion, *, is_canary: bool) -> ResolvedVersion:
+    return ResolvedVersion(
+        tenant_id=alias.tenant_id,
+        tenant_slug=alias.tenant.slug,
+        alias=alias.name,
+        adapter_id=version.adapter.adapter_id,
+        version_id=version.pk,
+        version=version.version,
+        base_model=version.base_model,
+        base_model_revision=version.base_model_revision,
+        rank=version.rank or 0,
+        storage_prefix=version.storage_prefix,
+        files=tuple(
+            (name, meta["sha256"], meta["size"]) for name, meta in sorted(version.files.items())
+        ),
+        manifest=version.manifest(),
+        signature=version.signature,
+        signing_key_id=version.signing_key_id,
+        is_canary=is_canary,
+        servable=version.is_servable,
+    )
+
+
+def _snapshot_of(alias: Alias) -> AliasSnapshot:
+    return AliasSnapshot(
+        alias_id=alias.pk,
+        tenant_id=alias.tenant_id,
+        name=alias.name,
+        stable=_resolved(alias, alias.version, is_canary=False),
+        canary=(
+            _resolved(alias, alias.canary_version, is_canary=True)
+            if alias.canary_version is not None
+            else None
+        ),
+        canary_percent=alias.canary_percent,
+        canary_api_keys=frozenset(alias.canary_api_keys),
+    )
+
+
+def _snapshot_queryset():
+    return Alias.objects.select_related(
+        "tenant", "version__adapter__tenant", "canary_version__adapter__tenant"
+    )
+
+
+def load_alias_snapshot(*, tenant_id: int, name: str) -> AliasSnapshot | None:
+    alias = _snapshot_queryset().filter(tenant_id=tenant_id, name=name).first()
+    return _snapshot_of(alias) if alias else None
+
+
+def load_all_alias_snapshots() -> list[AliasSnapshot]:
+    return [_snapshot_of(alias) for alias in _snapshot_queryset()]
 
 
 def resolve_alias(
@@ -326,34 +398,13 @@ def resolve_alias(
 
     The same request key always gets the same answer while the alias is unchanged.
     """
-    alias = (
-        Alias.objects.select_related(
-            "tenant", "version__adapter__tenant", "canary_version__adapter__tenant"
-        )
-        .filter(tenant=tenant, name=name)
-        .first()
-    )
-    if alias is None:
+    snapshot = load_alias_snapshot(tenant_id=tenant.id, name=name)
+    if snapshot is None:
         raise NotFound(f"tenant '{tenant.slug}' has no alias '{name}'")
-    chosen, is_canary = choose_version(alias, request_key, api_key_prefix)
-    if not chosen.is_servable:
-        raise Forbidden(f"version {chosen.label} is not approved and signed; it cannot be served")
-    return ResolvedVersion(
-        tenant_id=tenant.id,
-        tenant_slug=tenant.slug,
-        alias=alias.name,
-        adapter_id=chosen.adapter.adapter_id,
-        version_id=chosen.pk,
-        version=chosen.version,
-        base_model=chosen.base_model,
-        base_model_revision=chosen.base_model_revision,
-        rank=chosen.rank or 0,
-        storage_prefix=chosen.storage_prefix,
-        files=tuple(
-            (name_, meta["sha256"], meta["size"]) for name_, meta in sorted(chosen.files.items())
-        ),
-        manifest=chosen.manifest(),
-        signature=chosen.signature,
-        signing_key_id=chosen.signing_key_id,
-        is_canary=is_canary,
-    )
+    chosen = snapshot.choose(request_key, api_key_prefix)
+    if not chosen.servable:
+        raise Forbidden(
+            f"version {chosen.adapter_id}@{chosen.version} is not approved and signed; "
+            "it cannot be served"
+        )
+    return chosen

@@ -401,7 +401,7 @@ def rollback_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str 
 @router.get("/signing-keys", response=list[SigningKeyOut])
 def signing_keys(request: HttpRequest):
     """The public keys serving nodes verify signatures with (id → raw Ed25519, base64)."""
-    current = keys.current_key_id()
+    current = keys.register_current_key()
     return [
         {"key_id": kid, "algorithm": "ed25519", "public_key": pub, "current": kid == current}
         for kid, pub in keys.published_public_keys().items()

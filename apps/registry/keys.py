@@ -25,14 +25,22 @@ def private_key():
     return signing.load_private_key(_private_pem())
 
 
-def current_key_id() -> str:
-    return signing.key_id(signing.public_key_b64(private_key()))
+def register_current_key() -> str:
+    """Publish the current key's public half (idempotent); return its key id."""
+    from apps.registry.models import SigningKey
+
+    public = signing.public_key_b64(private_key())
+    key_id = signing.key_id(public)
+    SigningKey.objects.get_or_create(key_id=key_id, defaults={"public_key": public})
+    return key_id
 
 
 def published_public_keys() -> dict[str, str]:
-    """key id -> base64 raw Ed25519 public key, the current key first."""
-    current = signing.public_key_b64(private_key())
-    keys = {signing.key_id(current): current}
+    """key id -> base64 raw Ed25519 public key: every key the platform has signed with, plus
+    retired keys named in settings. Needs no private key, so serving nodes can call it."""
+    from apps.registry.models import SigningKey
+
+    keys = dict(SigningKey.objects.order_by("-created_at").values_list("key_id", "public_key"))
     for retired in settings.LORAHUB_RETIRED_PUBLIC_KEYS:
         keys.setdefault(signing.key_id(retired), retired)
     return keys

@@ -33,6 +33,18 @@ class BaseModel(models.Model):
         return f"{self.name}@{self.revision}"
 
 
+class SigningKey(models.Model):
+    """A public key the platform signs (or signed) with. Nodes verify with these rows and
+    never see a private key."""
+
+    key_id = models.CharField(max_length=32, unique=True)
+    public_key = models.CharField(max_length=64)  # raw Ed25519, base64
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key_id
+
+
 class AdapterQuerySet(models.QuerySet):
     def for_tenants(self, tenant_ids) -> AdapterQuerySet:
         return self.filter(tenant_id__in=tenant_ids)

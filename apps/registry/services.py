@@ -372,7 +372,7 @@ def approve_version(*, version_id: int, principal: Principal, note: str = "") ->
         raise Conflict(f"version {version.label}'s manifest changed since validation; refusing")
     private = keys.private_key()
     version.signature = signing.sign_manifest(private, manifest)
-    version.signing_key_id = signing.key_id(signing.public_key_b64(private))
+    version.signing_key_id = keys.register_current_key()
     version.state = VersionState.APPROVED
     version.reviewer = principal.user
     version.review_note = note.strip()

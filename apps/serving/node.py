@@ -1,55 +1,184 @@
-"""The serving node's ASGI app: the engine's lifecycle and the node's health endpoint.
+"""The serving node: the engine's lifecycle, the node's background work, and its ASGI app.
 
-The engine starts in the background when the app starts, so ``/healthz`` answers at once:
-503 while the engine starts (or has died), 200 with the base model, its revision and the LoRA
-limits once it is ready. The inference API, the cache manager and the internal control API
-mount here as they are built.
+Routes: ``/healthz``, ``/metrics`` and the OpenAI-compatible ``/v1/*`` (see ``inference.py``).
+The engine starts in the background, so ``/healthz`` answers at once: 503 while the engine
+starts or restarts, 200 with the base model, its revision and the LoRA limits when ready.
+A watchdog restarts a dead engine; requests meanwhile get 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import AsyncIterator
 
+from django.conf import settings
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from apps.registry import keys
+from apps.registry.storage import get_store
+from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
+from apps.serving.inference import Inference
+from apps.serving.metrics import NodeMetrics
+from apps.serving.placement import Placement, verify_signature
+from apps.serving.stats import StatsRecorder
 
 logger = logging.getLogger(__name__)
+POLL_S = 0.5
 
 
-async def _start_engine(engine: Engine) -> None:
-    try:
-        await asyncio.to_thread(engine.start)
-        # The first call from this loop attaches vLLM's output handler to it.
-        await engine.list_adapters()
-    except Exception:
-        logger.exception("the vLLM engine failed to start")
+class RateLimiter:
+    """A token bucket per tenant: ``rpm`` requests per minute, bursts up to ``rpm``."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, tuple[float, float]] = {}
+
+    def allow(self, tenant_id: int, rpm: int) -> bool:
+        if rpm <= 0:
+            return False
+        now = time.monotonic()
+        tokens, last = self._buckets.get(tenant_id, (float(rpm), now))
+        tokens = min(float(rpm), tokens + (now - last) * rpm / 60.0)
+        if tokens < 1.0:
+            self._buckets[tenant_id] = (tokens, now)
+            return False
+        self._buckets[tenant_id] = (tokens - 1.0, now)
+        return True
 
 
-def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
-    engine = Engine(engine_settings or EngineSettings.from_django_settings())
+class Node:
+    def __init__(self, engine_settings: EngineSettings | None = None) -> None:
+        self.engine = Engine(engine_settings or EngineSettings.from_django_settings())
+        self.directory = Directory()
+        self.metrics = NodeMetrics()
+        self.stats = StatsRecorder(
+            settings.LORAHUB_NODE_NAME, on_drop=self.metrics.stats_dropped.inc
+        )
+        self.placement = Placement(
+            engine=self.engine,
+            store=get_store(),
+            root=settings.LORAHUB_NODE_CACHE_DIR,
+            public_keys=keys.published_public_keys,
+        )
+        self.rate = RateLimiter()
+        self.slots = asyncio.Semaphore(settings.LORAHUB_NODE_MAX_CONCURRENT)
+        self.max_queue = settings.LORAHUB_NODE_MAX_QUEUE
+        self.waiting = 0
+        self._tasks: list[asyncio.Task] = []
+        self._verified: dict[tuple[int, str], bool] = {}
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(_start_engine(engine))
-        try:
-            yield
-        finally:
+    async def signature_ok(self, resolved) -> bool:
+        """Ed25519 check of the version's signed manifest, remembered per (version, signature):
+        a version is immutable, so a changed signature is a different question."""
+        key = (resolved.version_id, resolved.signature)
+        if key not in self._verified:
+            public = await asyncio.to_thread(keys.published_public_keys)
+            if len(self._verified) > 10_000:
+                self._verified.clear()
+            self._verified[key] = verify_signature(resolved, public)
+        return self._verified[key]
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.stats.start()
+        self._tasks = [
+            asyncio.create_task(self._start_engine(), name="engine-start"),
+            asyncio.create_task(self._watch_engine(), name="engine-watchdog"),
+            asyncio.create_task(self._refresh_periodically(), name="full-refresh"),
+            asyncio.create_task(
+                self._listen() if settings.LORAHUB_EVENTS_URL else self._poll(), name="changes"
+            ),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
             task.cancel()
-            # On the loop's thread, so vLLM cancels its output handler before the core exits.
-            engine.shutdown()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # On the loop's thread, so vLLM cancels its output handler before the core exits.
+        self.engine.shutdown()
+        await asyncio.to_thread(self.stats.stop)
 
-    async def healthz(request: Request) -> JSONResponse:
-        info = engine.info()
+    async def _start_engine(self) -> None:
+        try:
+            await asyncio.to_thread(self.engine.start)
+            await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
+        except Exception:
+            logger.exception("the vLLM engine failed to start")
+
+    async def _watch_engine(self) -> None:
+        """Restart the engine if it dies; the placement forgets what the dead one held."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.engine.info().state != "dead":
+                continue
+            logger.error("the vLLM engine died; restarting it")
+            self.engine.state = "restarting"
+            with contextlib.suppress(Exception):
+                self.engine.shutdown()
+            self.engine.state = "restarting"
+            self.placement.forget_engine()
+            await self._start_engine()
+
+    async def _refresh_periodically(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.directory.full_refresh)
+            except Exception:
+                logger.exception("full refresh of aliases and keys failed; retrying")
+            await asyncio.sleep(settings.LORAHUB_NODE_FULL_REFRESH_S)
+
+    async def _poll(self) -> None:
+        """Without a broadcast channel: watch the database's change marker."""
+        while True:
+            try:
+                await asyncio.to_thread(self.directory.poll)
+            except Exception:
+                logger.exception("polling for changes failed; retrying")
+            await asyncio.sleep(POLL_S)
+
+    async def _listen(self) -> None:
+        """Drop cached entries as change broadcasts arrive (Redis pub/sub)."""
+        import redis.asyncio as aioredis
+
+        while True:
+            client = aioredis.Redis.from_url(settings.LORAHUB_EVENTS_URL)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.subscribe(settings.LORAHUB_EVENTS_CHANNEL)
+                    # Anything missed while (re)connecting is caught by one full refresh.
+                    await asyncio.to_thread(self.directory.full_refresh)
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        try:
+                            self.directory.apply_change(json.loads(message["data"]))
+                        except (ValueError, TypeError):
+                            logger.warning("ignored a malformed change message")
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("change channel lost; reconnecting", exc_info=True)
+                await asyncio.sleep(1.0)
+            finally:
+                await client.aclose()
+
+    # --- endpoints -------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        info = self.engine.info()
+        ready = self.engine.is_ready
         body = {
-            "status": "ok" if engine.is_ready else info.state,
-            "engine": info.state if not engine.is_ready else "ready",
+            "status": "ok" if ready else info.state,
+            "engine": "ready" if ready else info.state,
+            "node": settings.LORAHUB_NODE_NAME,
             "base_model": info.served_model_name,
             "base_model_revision": info.base_model_revision,
             "lora": {
@@ -60,10 +189,38 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             "dtype": info.dtype,
             "engine_startup_s": round(info.started_s, 1) if info.started_s else None,
         }
-        if engine.is_ready:
+        if ready:
             return JSONResponse(body)
         return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
-    app = Starlette(routes=[Route("/healthz", healthz)], lifespan=lifespan)
-    app.state.engine = engine
+    async def metrics_endpoint(self, request: Request) -> Response:
+        self.metrics.gpu_memory.set(self.placement.hot_bytes() / 1048576)
+        return Response(
+            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+
+def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
+    node = Node(engine_settings)
+    inference = Inference(node)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await node.start()
+        try:
+            yield
+        finally:
+            await node.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", node.healthz),
+            Route("/metrics", node.metrics_endpoint),
+            Route("/v1/completions", inference.completions, methods=["POST"]),
+            Route("/v1/chat/completions", inference.chat_completions, methods=["POST"]),
+            Route("/v1/models", inference.models),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.node = node
     return app

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
 from apps.tenants.errors import Conflict, Invalid
+from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, AuditEvent, Membership, Quota, Tenant
 
 KEY_PREFIX_LEN = 8
@@ -135,6 +136,7 @@ def revoke_api_key(*, key: ApiKey, actor: AbstractBaseUser | None) -> ApiKey:
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
+        publish_change("api_key", prefix=key.prefix)
         record_event(
             action="api_key.revoke",
             obj=key,
@@ -184,6 +186,7 @@ def set_quota(*, tenant: Tenant, actor: AbstractBaseUser | None, **limits: int) 
         setattr(quota, field, value)
     quota.save()
     after = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+    publish_change("quota", tenant_id=tenant.id)
     record_event(
         action="quota.set", obj=quota, actor=actor, tenant=tenant, before=before, after=after
     )

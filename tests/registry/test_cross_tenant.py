@@ -7,7 +7,7 @@ import pytest
 from apps.registry import aliases
 from apps.registry.models import AdapterVersion, Alias
 from apps.tenants.models import ApiKey, Quota
-from tests.registry.conftest import files_of, key_client, user_client
+from tests.helpers import files_of, key_client, user_client
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from apps.registry import services
 from apps.registry.models import AdapterVersion
 from apps.registry.storage import ObjectExists, get_store
 from apps.registry.validation import sha256_file
-from tests.registry.conftest import files_of, key_client, upload, user_client, wait_validated
+from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from apps.registry.errors import Rejected
 from apps.registry.models import AdapterVersion
 from apps.registry.storage import get_store
 from apps.tenants import services as tenant_services
-from tests.registry.conftest import (
+from tests.helpers import (
     edit_config,
     edit_tensors,
     files_of,

@@ -11,7 +11,7 @@ from apps.registry import aliases, services
 from apps.registry.models import AdapterVersion
 from apps.registry.storage import get_store
 from apps.registry.validation import sha256_file
-from tests.registry.conftest import files_of, key_client, upload, user_client, wait_validated
+from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 
 
 def test_upload_validate_approve_alias_resolve(registry, tenant_a, reviewer, adapter_files):

@@ -11,7 +11,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         if settings.LORAHUB_SIGNING_KEY:
-            self.stdout.write("LORAHUB_SIGNING_KEY is set; nothing to create")
+            key_id = keys.register_current_key()
+            self.stdout.write(f"LORAHUB_SIGNING_KEY is set; published key {key_id}")
             return
-        key_id = keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
+        keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
+        key_id = keys.register_current_key()
         self.stdout.write(f"signing key {key_id} at {settings.LORAHUB_SIGNING_KEY_FILE}")

@@ -1,45 +1,17 @@
-"""Registry fixtures: the served base model, adapter files to upload, and API helpers."""
+"""Helpers for tests that drive the registry: API clients, uploads, adapter edits."""
 
 from __future__ import annotations
 
 import io
 import json
-import shutil
 import time
 from pathlib import Path
 
-import pytest
 from django.test import Client
 
 from apps.registry import services
 from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME
-from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
-
-
-@pytest.fixture
-def base_model(db, demo_dir):
-    config = json.loads((demo_dir / "base-model" / "config.json").read_text())
-    return services.register_base_model(
-        name=corpus.BASE_MODEL_NAME,
-        revision=corpus.BASE_MODEL_REVISION,
-        model_config=config,
-        max_lora_rank=16,
-    )
-
-
-@pytest.fixture
-def adapter_files(demo_dir, tmp_path) -> Path:
-    """A copy of the support-v1 demo adapter that a test may modify."""
-    folder = tmp_path / "support-v1"
-    shutil.copytree(demo_dir / "adapters" / "support-v1", folder)
-    return folder
-
-
-@pytest.fixture
-def registry(s3_settings, signing_key, base_model, celery_worker, transactional_db):
-    """Everything an end-to-end registry test needs: S3, a signing key, the worker."""
-    return s3_settings
 
 
 def key_client(tenant, name: str = "test") -> Client:
@@ -118,13 +90,3 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     assert validated.state == "pending_review", validated.rejection_reason
     services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
     return row.pk
-
-
-@pytest.fixture
-def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir, transactional_db):
-    """Three approved versions of tenant A's 'support' adapter: v1, v2, v3."""
-    folder = demo_dir / "adapters"
-    return {
-        name: publish(tenant_a, "support", name, folder / src, reviewer)
-        for name, src in (("v1", "support-v1"), ("v2", "support-v2"), ("v3", "support-v1"))
-    }

@@ -1,0 +1,155 @@
+"""The node's in-memory view of API keys, aliases and quotas. The database stays the truth.
+
+Lookups on the request path are dictionary reads. A miss reads the database once and caches
+the answer (including "no such key"). Entries are dropped when a change broadcast names them
+(``apps/tenants/events.py``), and everything is reloaded by a periodic full refresh, the safety
+net for a lost message. All methods here are synchronous and may touch the database: the node
+calls them from a worker thread, never from its event loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import close_old_connections
+from django.db.models import Max
+
+from apps.registry import aliases
+from apps.registry.aliases import AliasSnapshot
+from apps.registry.models import Alias
+from apps.tenants import services as tenant_services
+from apps.tenants.models import ApiKey, Quota, Tenant
+
+logger = logging.getLogger(__name__)
+MISS_TTL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling the node: the API key's tenant and its limits."""
+
+    key_prefix: str
+    tenant_id: int
+    tenant_slug: str
+    priority: int
+    requests_per_minute: int
+
+
+def _digest(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+class Directory:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callers: dict[str, Caller | float] = {}  # digest -> Caller, or miss time
+        self._aliases: dict[tuple[int, str], AliasSnapshot | None] = {}
+        self.marker: tuple | None = None
+        # Bumped by every invalidation: a lookup that started before one does not cache its
+        # (possibly stale) answer.
+        self._generation = 0
+        self.refreshed_at = 0.0
+
+    # --- callers ---------------------------------------------------------------------------
+
+    def caller(self, plaintext: str) -> Caller | None:
+        digest = _digest(plaintext)
+        cached = self._callers.get(digest)
+        if isinstance(cached, Caller):
+            return cached
+        if isinstance(cached, float) and time.monotonic() - cached < MISS_TTL_S:
+            return None
+        generation = self._generation
+        key = tenant_services.authenticate_api_key(plaintext)
+        if key is None:
+            if generation == self._generation:
+                self._callers[digest] = time.monotonic()
+            return None
+        quota = tenant_services.get_quota(key.tenant)
+        caller = Caller(
+            key_prefix=key.prefix,
+            tenant_id=key.tenant_id,
+            tenant_slug=key.tenant.slug,
+            priority=key.tenant.priority,
+            requests_per_minute=quota.requests_per_minute,
+        )
+        if generation == self._generation:
+            self._callers[digest] = caller
+        return caller
+
+    # --- aliases ---------------------------------------------------------------------------
+
+    def alias(self, tenant_id: int, name: str) -> AliasSnapshot | None:
+        key = (tenant_id, name)
+        if key in self._aliases:
+            return self._aliases[key]
+        generation = self._generation
+        snapshot = aliases.load_alias_snapshot(tenant_id=tenant_id, name=name)
+        if generation == self._generation:
+            self._aliases[key] = snapshot
+        return snapshot
+
+    def aliases_of(self, tenant_id: int) -> list[str]:
+        return list(
+            Alias.objects.filter(tenant_id=tenant_id)
+            .order_by("name")
+            .values_list("name", flat=True)
+        )
+
+    # --- invalidation ----------------------------------------------------------------------
+
+    def apply_change(self, change: dict) -> None:
+        """Drop what a broadcast names; the next lookup re-reads it."""
+        kind = change.get("kind")
+        with self._lock:
+            self._generation += 1
+            if kind == "alias":
+                self._aliases.pop((change.get("tenant_id"), change.get("name")), None)
+            elif kind in ("api_key", "quota"):
+                self._callers.clear()
+            else:
+                self._drop_all()
+
+    def _drop_all(self) -> None:
+        self._callers.clear()
+        self._aliases.clear()
+
+    def full_refresh(self) -> None:
+        """Reload every alias and forget every key; the safety net for lost broadcasts."""
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+        snapshots = aliases.load_all_alias_snapshots()
+        with self._lock:
+            self._callers.clear()
+            if generation != self._generation:  # a change arrived while loading: drop all
+                self._aliases.clear()
+                return
+            self._aliases = {(s.tenant_id, s.name): s for s in snapshots}
+            self.refreshed_at = time.monotonic()
+        close_old_connections()
+
+    def change_marker(self) -> tuple:
+        """A cheap fingerprint of everything cached; it changes whenever any of it changes."""
+        marker = (
+            Alias.objects.aggregate(m=Max("updated_at"), n=Max("id"))["m"],
+            Alias.objects.count(),
+            ApiKey.objects.aggregate(m=Max("revoked_at"))["m"],
+            Quota.objects.aggregate(m=Max("updated_at"))["m"],
+            Tenant.objects.count(),
+        )
+        close_old_connections()
+        return marker
+
+    def poll(self) -> bool:
+        """Full refresh if the change marker moved (for nodes without a broadcast channel)."""
+        marker = self.change_marker()
+        if marker != self.marker:
+            self.marker = marker
+            self.full_refresh()
+            return True
+        return False

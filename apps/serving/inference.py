@@ -1,0 +1,393 @@
+"""The OpenAI-compatible inference API: the seed's five steps, in order, for each request.
+
+1 parse (tenant from the API key, alias from ``model``) → 2 resolve (alias → immutable version,
+from the node's in-memory table) → 3 admit (servable, signed, base revision, rank, rate) →
+4 place (make the adapter usable by the engine) → generate → 5 record (statistics, off the
+request path). The engine only ever gets an ``AdapterHandle`` built from a verified local
+folder; nothing the caller sends becomes a path or an adapter name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from apps.registry.aliases import ResolvedVersion
+from apps.serving import openai_api as oai
+from apps.serving.directory import Caller
+from apps.serving.engine import EngineNotReady, Sampling
+from apps.serving.placement import AdapterIntegrityError, Placed
+from apps.serving.stats import RequestRecord
+
+if TYPE_CHECKING:
+    from apps.serving.node import Node
+
+logger = logging.getLogger(__name__)
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass
+class Trace:
+    """What one request did, for its headers, its metrics and its statistics row."""
+
+    started: float = field(default_factory=time.perf_counter)
+    caller: Caller | None = None
+    alias: str = ""
+    resolved: ResolvedVersion | None = None
+    tier: str = ""
+    load_ms: float = 0.0
+    queue_ms: float = 0.0
+    ttft_ms: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def headers(self) -> dict[str, str]:
+        if self.resolved is not None:
+            adapter = self.resolved.label
+        else:
+            adapter = "base" if self.tier == "base" else "none"
+        return {
+            "X-Lorahub-Adapter": adapter,
+            "X-Lorahub-Cache-Tier": self.tier or "none",
+            "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
+        }
+
+
+class Inference:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    # --- steps 1-3 -------------------------------------------------------------------------
+
+    async def authenticate(self, request: Request) -> Caller:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise oai.ApiError(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                type_="authentication_error",
+                code="missing_api_key",
+            )
+        caller = await asyncio.to_thread(self.node.directory.caller, token.strip())
+        if caller is None:
+            raise oai.ApiError(
+                401,
+                "the API key is not valid or has been revoked",
+                type_="authentication_error",
+                code="invalid_api_key",
+            )
+        return caller
+
+    async def resolve(self, trace: Trace, model: str, request_key: str) -> None:
+        """Fill ``trace.resolved`` (None for the base model) and admit the request."""
+        node, caller = self.node, trace.caller
+        assert caller is not None
+        if model == node.engine.settings.served_model_name:
+            trace.tier = "base"
+        else:
+            trace.alias = model
+            snapshot = await asyncio.to_thread(node.directory.alias, caller.tenant_id, model)
+            if snapshot is None:
+                raise oai.ApiError(
+                    404,
+                    f"the model '{model}' does not exist; GET /v1/models "
+                    "lists the aliases you can call",
+                    code="model_not_found",
+                )
+            trace.resolved = snapshot.choose(request_key, caller.key_prefix)
+            self.admit(trace.resolved)
+            if not await self.node.signature_ok(trace.resolved):
+                raise oai.ApiError(403, f"{trace.resolved.label}'s signature does not verify; "
+                                   "it will not be served", type_="permission_error",
+                                   code="signature_invalid")
+        if not node.rate.allow(caller.tenant_id, caller.requests_per_minute):
+            raise oai.ApiError(
+                429,
+                f"tenant '{caller.tenant_slug}' is over its rate of "
+                f"{caller.requests_per_minute} requests per minute",
+                type_="rate_limit_error",
+                code="rate_limited",
+                retry_after=2,
+            )
+
+    def admit(self, resolved: ResolvedVersion) -> None:
+        settings = self.node.engine.settings
+        if not resolved.servable:
+            raise oai.ApiError(
+                403,
+                f"{resolved.label} is not approved and signed; it cannot be served",
+                type_="permission_error",
+                code="version_not_servable",
+            )
+        if resolved.base_model_revision != settings.base_model_revision:
+            self.node.metrics.version_mismatch.inc()
+            raise oai.ApiError(
+                409,
+                f"{resolved.label} was trained on base revision "
+                f"{resolved.base_model_revision}, but this node serves "
+                f"{settings.served_model_name}@{settings.base_model_revision}",
+                code="base_revision_mismatch",
+            )
+        if resolved.rank > settings.max_lora_rank:
+            raise oai.ApiError(
+                409,
+                f"{resolved.label} has rank {resolved.rank}; this node "
+                f"serves ranks up to {settings.max_lora_rank}",
+                code="rank_too_large",
+            )
+
+    # --- step 4 and generation -------------------------------------------------------------
+
+    async def acquire_slot(self, trace: Trace) -> None:
+        node = self.node
+        if node.slots.locked() and node.waiting >= node.max_queue:
+            node.metrics.overloaded.inc()
+            raise oai.ApiError(
+                503,
+                "the node is at capacity; retry shortly",
+                type_="overloaded_error",
+                code="overloaded",
+                retry_after=1,
+            )
+        node.waiting += 1
+        try:
+            await node.slots.acquire()
+        finally:
+            node.waiting -= 1
+        trace.queue_ms = (time.perf_counter() - trace.started) * 1000
+
+    async def place(self, trace: Trace):
+        if trace.resolved is None:
+            return None
+        try:
+            placed: Placed = await self.node.placement.place(trace.resolved)
+        except AdapterIntegrityError as exc:
+            logger.error("refused to load %s: %s", trace.resolved.label, exc)
+            raise oai.ApiError(
+                403,
+                f"{trace.resolved.label} failed its integrity check and will not be served",
+                type_="permission_error",
+                code="integrity_check_failed",
+            ) from None
+        trace.tier, trace.load_ms = placed.tier, placed.load_ms
+        if placed.tier in ("L3", "L4"):
+            self.node.metrics.load_latency.labels(source_tier=placed.tier).observe(placed.load_ms)
+        return placed.handle
+
+    # --- the endpoints ---------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        return await self._handle(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._handle(request, chat=True)
+
+    async def models(self, request: Request) -> Response:
+        trace = Trace()
+        try:
+            trace.caller = await self.authenticate(request)
+        except oai.ApiError as exc:
+            return self._error(exc, trace)
+        names = await asyncio.to_thread(self.node.directory.aliases_of, trace.caller.tenant_id)
+        return JSONResponse(
+            oai.models_body(
+                names, trace.caller.tenant_slug, self.node.engine.settings.served_model_name
+            )
+        )
+
+    async def _handle(self, request: Request, *, chat: bool) -> Response:
+        trace = Trace()
+        slot = False
+        try:
+            trace.caller = await self.authenticate(request)
+            body = oai.parse(
+                oai.ChatRequest if chat else oai.CompletionRequest, await request.body()
+            )
+            request_key = (
+                body.user or request.headers.get("x-lorahub-request-key") or uuid.uuid4().hex
+            )
+            await self.resolve(trace, body.model, request_key)
+            if not self.node.engine.is_ready:
+                raise EngineNotReady(self.node.engine.info().state)
+            await self.acquire_slot(trace)
+            slot = True
+            handle = await self.place(trace)
+            prompt = self._prompt(body, chat)
+            sampling = Sampling(
+                max_tokens=(
+                    getattr(body, "max_completion_tokens", None)
+                    or body.max_tokens
+                    or DEFAULT_MAX_TOKENS
+                ),
+                temperature=body.temperature,
+                top_p=body.top_p,
+                seed=body.seed,
+                stop=body.stop_list(),
+            )
+            rid = oai.new_id("chatcmpl" if chat else "cmpl")
+            deltas = self.node.engine.stream(prompt, sampling, adapter=handle, request_id=rid)
+            if body.stream:
+                slot = False  # the stream releases it when it ends
+                return StreamingResponse(
+                    self._sse(deltas, trace, rid, body.model, chat),
+                    media_type="text/event-stream",
+                    headers=trace.headers(),
+                )
+            text, finish = await self._collect(request, deltas, trace)
+            use = oai.usage(trace.prompt_tokens, trace.completion_tokens)
+            payload = (oai.chat_body if chat else oai.completion_body)(
+                rid, body.model, text, finish, use
+            )
+            self._finish(trace, 200)
+            return JSONResponse(payload, headers=trace.headers())
+        except oai.ApiError as exc:
+            return self._error(exc, trace)
+        except EngineNotReady as exc:
+            return self._error(
+                oai.ApiError(
+                    503,
+                    f"the engine is not ready ({exc}); retry shortly",
+                    type_="overloaded_error",
+                    code="engine_unavailable",
+                    retry_after=5,
+                ),
+                trace,
+            )
+        except ValueError as exc:  # vLLM refuses e.g. a prompt longer than the model allows
+            return self._error(oai.ApiError(400, str(exc), code="invalid_request"), trace)
+        except Exception:
+            logger.exception("inference request failed")
+            return self._error(
+                oai.ApiError(
+                    500,
+                    "internal error; it has been logged",
+                    type_="server_error",
+                    code="internal_error",
+                ),
+                trace,
+            )
+        finally:
+            if slot:
+                self.node.slots.release()
+
+    def _prompt(self, body: Any, chat: bool) -> str | list[int]:
+        if not chat:
+            return body.prompt
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        return self.node.engine.tokenizer().apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def _observe(self, trace: Trace, delta) -> None:
+        if trace.ttft_ms is None and delta.token_ids:
+            trace.ttft_ms = (time.perf_counter() - trace.started) * 1000
+        trace.completion_tokens += len(delta.token_ids)
+        trace.prompt_tokens = delta.prompt_tokens or trace.prompt_tokens
+
+    async def _collect(self, request: Request, deltas: AsyncIterator, trace: Trace):
+        """Drain the generation; abort it in vLLM if the client goes away meanwhile."""
+        pieces: list[str] = []
+        finish = None
+
+        async def drain() -> None:
+            nonlocal finish
+            async for delta in deltas:
+                self._observe(trace, delta)
+                pieces.append(delta.text)
+                finish = delta.finish_reason or finish
+
+        task = asyncio.ensure_future(drain())
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.25)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await deltas.aclose()
+                raise oai.ApiError(499, "client closed the request", code="client_closed")
+        task.result()
+        return "".join(pieces), finish
+
+    async def _sse(
+        self, deltas: AsyncIterator, trace: Trace, rid: str, model: str, chat: bool
+    ) -> AsyncIterator[bytes]:
+        status = 200
+        try:
+            if chat:
+                yield oai.sse(
+                    oai.chat_chunk(rid, model, {"role": "assistant", "content": ""}, None)
+                )
+            async for delta in deltas:
+                self._observe(trace, delta)
+                if chat:
+                    chunk = oai.chat_chunk(
+                        rid,
+                        model,
+                        {"content": delta.text} if delta.text else {},
+                        delta.finish_reason,
+                    )
+                else:
+                    chunk = oai.completion_chunk(rid, model, delta.text, delta.finish_reason)
+                yield oai.sse(chunk)
+            yield oai.sse("[DONE]")
+        except asyncio.CancelledError:
+            status = 499  # the client went away; closing `deltas` aborts the request in vLLM
+            raise
+        except Exception:
+            status = 500
+            logger.exception("streamed generation failed")
+            yield oai.sse(oai.ApiError(500, "generation failed", type_="server_error").body())
+        finally:
+            await deltas.aclose()
+            self.node.slots.release()
+            self._finish(trace, status)
+
+    # --- step 5 ----------------------------------------------------------------------------
+
+    def _finish(self, trace: Trace, status: int, error: str = "") -> None:
+        metrics, caller, resolved = self.node.metrics, trace.caller, trace.resolved
+        tenant = caller.tenant_slug if caller else "anonymous"
+        adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
+        tenant_label, adapter_label = metrics.labels_for(tenant, adapter)
+        outcome = "ok" if status < 400 else "error"
+        metrics.requests.labels(tenant=tenant_label, adapter=adapter_label, status=outcome).inc()
+        if status >= 400:
+            metrics.errors.labels(
+                tenant=tenant_label, adapter=adapter_label, code=error or str(status)
+            ).inc()
+        if trace.tier:
+            metrics.count_tier(trace.tier)
+        if trace.ttft_ms is not None:
+            metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
+        self.node.stats.record(
+            RequestRecord(
+                tenant_id=caller.tenant_id if caller else None,
+                alias=trace.alias[:63],
+                adapter_id=resolved.adapter_id if resolved else "",
+                version=resolved.version if resolved else "",
+                tier=trace.tier,
+                status=status,
+                error=error,
+                load_ms=trace.load_ms,
+                queue_ms=trace.queue_ms,
+                ttft_ms=trace.ttft_ms,
+                total_ms=(time.perf_counter() - trace.started) * 1000,
+                prompt_tokens=trace.prompt_tokens,
+                completion_tokens=trace.completion_tokens,
+            )
+        )
+
+    def _error(self, exc: oai.ApiError, trace: Trace) -> Response:
+        self._finish(trace, exc.status, exc.code or "")
+        headers = trace.headers()
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)

@@ -1,0 +1,127 @@
+"""The node's Prometheus metrics (the seed's list), on a registry of the node's own.
+
+Label cardinality is bounded: per-adapter series exist for at most ``MAX_ADAPTER_LABELS``
+(tenant, adapter) pairs, the first ones seen since start; later pairs are counted under
+``adapter="other"`` for their tenant, and tenants past ``MAX_TENANT_LABELS`` under
+``tenant="other"``. Versions are never labels (they are unbounded over time); tiers are a fixed
+set. So a node serving thousands of adapters exports a few hundred series, not millions.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+MAX_ADAPTER_LABELS = 200
+MAX_TENANT_LABELS = 100
+MS_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000)
+TIERS = ("L1", "L2", "L3", "L4", "base")
+
+
+class NodeMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.cache_lookups = Counter(
+            "adapter_cache_lookups",
+            "Adapter requests by the tier that answered them",
+            ["tier"],
+            registry=r,
+        )
+        self.hit_rate = Gauge(
+            "adapter_cache_hit_rate",
+            "Share of adapter requests answered from a tier (L1, L2: no load needed)",
+            ["tier"],
+            registry=r,
+        )
+        self.load_latency = Histogram(
+            "adapter_load_latency_ms",
+            "Time to make an adapter usable, by the tier it came from",
+            ["source_tier"],
+            buckets=MS_BUCKETS,
+            registry=r,
+        )
+        self.gpu_memory = Gauge(
+            "adapter_gpu_memory_mb", "Size of the adapters in the engine's device slots", registry=r
+        )
+        self.evictions = Counter(
+            "adapter_eviction_count", "Adapters evicted, by tier", ["tier"], registry=r
+        )
+        self.version_mismatch = Counter(
+            "adapter_version_mismatch",
+            "Requests refused because the version's base revision differs from the node's",
+            registry=r,
+        )
+        self.quota_usage = Gauge(
+            "per_tenant_adapter_quota_usage",
+            "Hot adapters of a tenant as a share of its quota",
+            ["tenant"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "ttft_by_adapter",
+            "Time to first token (ms)",
+            ["tenant", "adapter"],
+            buckets=MS_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "adapter_requests",
+            "Inference requests by outcome",
+            ["tenant", "adapter", "status"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "error_rate_by_adapter",
+            "Failed inference requests (rate() of this is the error rate)",
+            ["tenant", "adapter", "code"],
+            registry=r,
+        )
+        self.degraded = Counter(
+            "adapter_degraded",
+            "Requests answered by the base model because an adapter could not be loaded in time",
+            ["tenant"],
+            registry=r,
+        )
+        self.overloaded = Counter(
+            "node_overload_rejections",
+            "Requests refused with 503 because the node was full",
+            registry=r,
+        )
+        self.stats_dropped = Counter(
+            "request_stats_dropped",
+            "Request statistics dropped because the writer fell behind",
+            registry=r,
+        )
+        self._lock = threading.Lock()
+        self._adapter_labels: set[tuple[str, str]] = set()
+        self._tenant_labels: set[str] = set()
+        self._tier_counts = dict.fromkeys(TIERS, 0)
+
+    def labels_for(self, tenant: str, adapter: str) -> tuple[str, str]:
+        """Bounded (tenant, adapter) labels: see the module docstring."""
+        with self._lock:
+            if tenant not in self._tenant_labels:
+                if len(self._tenant_labels) >= MAX_TENANT_LABELS:
+                    return "other", "other"
+                self._tenant_labels.add(tenant)
+            pair = (tenant, adapter)
+            if pair in self._adapter_labels:
+                return pair
+            if len(self._adapter_labels) >= MAX_ADAPTER_LABELS:
+                return tenant, "other"
+            self._adapter_labels.add(pair)
+            return pair
+
+    def count_tier(self, tier: str) -> None:
+        self.cache_lookups.labels(tier=tier).inc()
+        with self._lock:
+            self._tier_counts[tier] = self._tier_counts.get(tier, 0) + 1
+            total = sum(count for t, count in self._tier_counts.items() if t != "base") or 1
+            for t in TIERS:
+                if t != "base":
+                    self.hit_rate.labels(tier=t).set(self._tier_counts.get(t, 0) / total)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,68 @@
+"""Per-request statistics and their per-minute rollups, written off the request path."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from apps.tenants.models import Tenant
+
+
+class RequestLog(models.Model):
+    """One inference request as the node saw it. Kept for LORAHUB_REQUEST_LOG_RETENTION_DAYS."""
+
+    at = models.DateTimeField(db_index=True)
+    node = models.CharField(max_length=100)
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.SET_NULL, related_name="+")
+    alias = models.CharField(max_length=63, blank=True)
+    adapter_id = models.CharField(max_length=63, blank=True)
+    version = models.CharField(max_length=64, blank=True)
+    tier = models.CharField(max_length=8, blank=True)  # L1..L4, base, or "" if never placed
+    degraded = models.BooleanField(default=False)
+    load_ms = models.FloatField(default=0)
+    queue_ms = models.FloatField(default=0)
+    ttft_ms = models.FloatField(null=True)
+    total_ms = models.FloatField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    status = models.PositiveSmallIntegerField()
+    error = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%H:%M:%S} {self.alias or '-'} {self.status}"
+
+
+class RequestMinute(models.Model):
+    """Requests per minute per tenant/alias/version: what the dashboards read."""
+
+    minute = models.DateTimeField()
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.CASCADE, related_name="+")
+    alias = models.CharField(max_length=63, blank=True)
+    adapter_id = models.CharField(max_length=63, blank=True)
+    version = models.CharField(max_length=64, blank=True)
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    degraded = models.PositiveIntegerField(default=0)
+    hits_l1 = models.PositiveIntegerField(default=0)
+    hits_l2 = models.PositiveIntegerField(default=0)
+    hits_l3 = models.PositiveIntegerField(default=0)
+    hits_l4 = models.PositiveIntegerField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)
+    ttft_ms_max = models.FloatField(default=0)
+    ttft_count = models.PositiveIntegerField(default=0)
+    load_ms_sum = models.FloatField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "tenant", "alias", "adapter_id", "version"],
+                name="one_rollup_per_minute",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.alias} x{self.requests}"

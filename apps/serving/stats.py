@@ -1,0 +1,168 @@
+"""Request statistics, recorded off the request path.
+
+The request path only appends a frozen ``RequestRecord`` to a bounded in-memory queue. A
+background thread drains it every second (or every ``BATCH`` records) into PostgreSQL: one
+bulk insert of request rows and one additive upsert per (minute, tenant, alias, version)
+rollup. If the database is slow the queue fills and new records are dropped and counted
+(``request_stats_dropped``); inference never waits for the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import F
+
+from apps.serving.models import RequestLog, RequestMinute
+
+logger = logging.getLogger(__name__)
+BATCH = 500
+QUEUE_SIZE = 20_000
+PURGE_EVERY_S = 3600
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    tenant_id: int | None
+    alias: str
+    adapter_id: str
+    version: str
+    tier: str
+    status: int
+    error: str = ""
+    degraded: bool = False
+    load_ms: float = 0.0
+    queue_ms: float = 0.0
+    ttft_ms: float | None = None
+    total_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+class StatsRecorder:
+    def __init__(self, node: str, on_drop=None) -> None:
+        self.node = node
+        self._queue: queue.Queue[RequestRecord] = queue.Queue(maxsize=QUEUE_SIZE)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_drop = on_drop
+        self._last_purge = 0.0
+
+    def record(self, rec: RequestRecord) -> None:
+        """Never blocks: a full queue drops the record."""
+        try:
+            self._queue.put_nowait(rec)
+        except queue.Full:
+            if self._on_drop:
+                self._on_drop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="request-stats", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._stop.wait(1.0)
+            try:
+                self.flush()
+                if time.monotonic() - self._last_purge > PURGE_EVERY_S:
+                    self._last_purge = time.monotonic()
+                    purge_old_statistics()
+            except Exception:
+                logger.exception("writing request statistics failed; will retry")
+            finally:
+                close_old_connections()
+
+    def flush(self) -> int:
+        batch: list[RequestRecord] = []
+        while len(batch) < BATCH * 20:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if batch:
+            write_records(self.node, batch)
+        return len(batch)
+
+
+def write_records(node: str, records: list[RequestRecord]) -> None:
+    rollups: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in records:
+        minute = r.at.replace(second=0, microsecond=0)
+        row = rollups[(minute, r.tenant_id, r.alias, r.adapter_id, r.version)]
+        row["requests"] += 1
+        row["errors"] += 1 if r.status >= 400 else 0
+        row["degraded"] += 1 if r.degraded else 0
+        if r.tier in ("L1", "L2", "L3", "L4"):
+            row[f"hits_{r.tier.lower()}"] += 1
+        if r.ttft_ms is not None:
+            row["ttft_ms_sum"] += r.ttft_ms
+            row["ttft_count"] += 1
+            row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
+        row["load_ms_sum"] += r.load_ms
+        row["prompt_tokens"] += r.prompt_tokens
+        row["completion_tokens"] += r.completion_tokens
+    with transaction.atomic():
+        RequestLog.objects.bulk_create(
+            [
+                RequestLog(
+                    at=r.at,
+                    node=node,
+                    tenant_id=r.tenant_id,
+                    alias=r.alias,
+                    adapter_id=r.adapter_id,
+                    version=r.version,
+                    tier=r.tier,
+                    degraded=r.degraded,
+                    load_ms=r.load_ms,
+                    queue_ms=r.queue_ms,
+                    ttft_ms=r.ttft_ms,
+                    total_ms=r.total_ms,
+                    prompt_tokens=r.prompt_tokens,
+                    completion_tokens=r.completion_tokens,
+                    status=r.status,
+                    error=r.error[:64],
+                )
+                for r in records
+            ],
+            batch_size=BATCH,
+        )
+        for (minute, tenant_id, alias, adapter_id, version), sums in rollups.items():
+            key = {
+                "minute": minute,
+                "tenant_id": tenant_id,
+                "alias": alias,
+                "adapter_id": adapter_id,
+                "version": version,
+            }
+            rollup, _ = RequestMinute.objects.select_for_update().get_or_create(**key)
+            peak = max(rollup.ttft_ms_max, sums.pop("ttft_ms_max", 0.0))
+            RequestMinute.objects.filter(pk=rollup.pk).update(
+                ttft_ms_max=peak, **{name: F(name) + value for name, value in sums.items()}
+            )
+
+
+def purge_old_statistics() -> tuple[int, int]:
+    now = datetime.now(UTC)
+    logs, _ = RequestLog.objects.filter(
+        at__lt=now - timedelta(days=settings.LORAHUB_REQUEST_LOG_RETENTION_DAYS)
+    ).delete()
+    rollups, _ = RequestMinute.objects.filter(
+        minute__lt=now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
+    ).delete()
+    return logs, rollups

@@ -1,0 +1,250 @@
+"""The serving node end to end, with the official `openai` client: a real node process (vLLM
+on the demo model) on PostgreSQL, Redis and the S3 server, driven through the control plane."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import httpx
+import openai
+import pytest
+from django.test import Client
+
+from apps.registry.models import AdapterVersion
+from apps.serving import demo_corpus as corpus
+from apps.serving.models import RequestLog
+from apps.tenants import services as tenant_services
+from apps.tenants.events import publish_change
+from tests.helpers import publish
+
+pytestmark = pytest.mark.engine
+
+QUESTION = corpus.UNSEEN_PROMPTS[1]
+PROMPT = corpus.completion_prompt(QUESTION)
+V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
+
+
+@pytest.fixture
+def world(node_url, published, tenant_a, tenant_b):
+    """Tenant A's alias `support` → v1 (support-v1's weights), v2 = support-v2's weights."""
+    _, a_key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
+    _, b_key = tenant_services.issue_api_key(tenant=tenant_b, name="app", actor=None)
+    control = Client(HTTP_AUTHORIZATION=f"Bearer {a_key}")
+    assert control.put("/api/aliases/support", {"version_id": published["v1"]},
+                       content_type="application/json").status_code == 200
+    return {
+        "url": node_url,
+        "a": openai.OpenAI(base_url=f"{node_url}/v1", api_key=a_key, max_retries=0),
+        "b": openai.OpenAI(base_url=f"{node_url}/v1", api_key=b_key, max_retries=0),
+        "a_key": a_key,
+        "control": control,
+        "versions": published,
+    }
+
+
+def complete(client, model="support", user=None, prompt=PROMPT):
+    raw = client.completions.with_raw_response.create(
+        model=model, prompt=prompt, max_tokens=12, temperature=0, user=user or openai.NOT_GIVEN
+    )
+    return raw.parse().choices[0].text.strip(), raw.headers
+
+
+def serves_within(client, phrase: str, seconds: float = 1.0) -> float:
+    """Seconds until the node answers with ``phrase`` (fails after ``seconds``)."""
+    started = time.monotonic()
+    while True:
+        text, _ = complete(client)
+        if text.startswith(phrase):
+            return time.monotonic() - started
+        assert time.monotonic() - started < seconds, f"still answering {text!r}"
+
+
+def test_alias_answers_with_its_version_and_moves_take_effect_within_a_second(world):
+    a, control = world["a"], world["control"]
+    text, headers = complete(a)
+    assert text.startswith(V1)
+    assert headers["x-lorahub-adapter"] == "support@v1"
+    assert headers["x-lorahub-cache-tier"] in ("L3", "L4")
+    assert float(headers["x-lorahub-load-ms"]) > 0
+    _, again = complete(a)
+    assert again["x-lorahub-cache-tier"] == "L1"
+    assert float(again["x-lorahub-load-ms"]) == 0
+
+    assert control.put("/api/aliases/support", {"version_id": world["versions"]["v2"]},
+                       content_type="application/json").status_code == 200
+    seconds = serves_within(a, V2)
+    print(f"alias move in effect on the node after {seconds * 1000:.0f} ms")
+    assert complete(a)[1]["x-lorahub-adapter"] == "support@v2"
+
+    assert control.post("/api/aliases/support/rollback", {},
+                        content_type="application/json").status_code == 200
+    seconds = serves_within(a, V1)
+    print(f"rollback in effect on the node after {seconds * 1000:.0f} ms")
+
+
+def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world):
+    a, control = world["a"], world["control"]
+    assert control.post("/api/aliases/support/canary",
+                        {"version_id": world["versions"]["v2"], "percent": 50},
+                        content_type="application/json").status_code == 200
+    deadline = time.monotonic() + 1.0
+    seen: dict[str, str] = {}
+    while time.monotonic() < deadline or len(set(seen.values())) < 2:
+        for i in range(12):
+            text, headers = complete(a, user=f"user-{i}")
+            seen[f"user-{i}"] = headers["x-lorahub-adapter"]
+            assert text.startswith(V2 if headers["x-lorahub-adapter"] == "support@v2" else V1)
+        if len(set(seen.values())) == 2:
+            break
+    assert set(seen.values()) == {"support@v1", "support@v2"}
+    for user, adapter in list(seen.items())[:6]:
+        assert complete(a, user=user)[1]["x-lorahub-adapter"] == adapter
+
+
+def test_other_tenants_unknown_keys_and_unknown_models_are_refused(world):
+    with pytest.raises(openai.NotFoundError) as missing:
+        complete(world["b"])
+    assert missing.value.response.json()["error"]["code"] == "model_not_found"
+    bad = openai.OpenAI(base_url=f"{world['url']}/v1", api_key="lh_nope", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        complete(bad)
+    response = httpx.post(f"{world['url']}/v1/completions", json={"model": "support"})
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.BadRequestError) as malformed:
+        world["a"].completions.create(model="support", prompt=PROMPT, max_tokens=-3)
+    assert "max_tokens" in malformed.value.response.json()["error"]["message"]
+
+
+def test_a_version_that_is_not_approved_and_signed_is_never_served(world, tenant_a):
+    a = world["a"]
+    assert complete(a)[0].startswith(V1)
+    v1 = AdapterVersion.objects.get(pk=world["versions"]["v1"])
+    # tamper with the signature in the database (bypassing the model's guards)
+    AdapterVersion.objects.filter(pk=v1.pk).update(signature=v1.signature[:-4] + "AAA=")
+    publish_change("alias", tenant_id=tenant_a.id, name="support")
+    time.sleep(0.5)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        complete(a)
+    assert refused.value.response.json()["error"]["code"] == "signature_invalid"
+    # and an approval withdrawn behind the registry's back
+    AdapterVersion.objects.filter(pk=v1.pk).update(signature=v1.signature, state="rejected")
+    publish_change("alias", tenant_id=tenant_a.id, name="support")
+    time.sleep(0.5)
+    with pytest.raises(openai.PermissionDeniedError) as refused:
+        complete(a)
+    assert refused.value.response.json()["error"]["code"] == "version_not_servable"
+
+
+def test_streamed_chat_and_completions_end_with_done(world):
+    url, key = world["url"], world["a_key"]
+    stream = world["a"].chat.completions.create(
+        model="support", messages=[{"role": "user", "content": QUESTION}], stream=True,
+        max_tokens=12, temperature=0,
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+    assert text.strip().startswith(V1)
+    with httpx.stream("POST", f"{url}/v1/completions", headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "support", "prompt": PROMPT, "max_tokens": 8,
+                            "stream": True, "temperature": 0}, timeout=60) as response:
+        assert response.headers["x-lorahub-adapter"] == "support@v1"
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+
+
+def test_models_lists_the_tenants_aliases_and_the_base_model(world):
+    ids = [m.id for m in world["a"].models.list()]
+    assert ids == ["support", "lorahub-demo-tiny"]
+    assert [m.id for m in world["b"].models.list()] == ["lorahub-demo-tiny"]
+
+
+def test_the_base_model_answers_without_an_adapter(world):
+    text, headers = complete(world["a"], model="lorahub-demo-tiny")
+    assert not any(phrase in text for phrase in corpus.PHRASES.values())
+    assert headers["x-lorahub-cache-tier"] == "base"
+    assert headers["x-lorahub-adapter"] == "base"
+
+
+def test_a_version_for_another_base_revision_is_refused_and_counted(
+    world, tenant_a, reviewer, demo_dir, tmp_path
+):
+    import json
+    import shutil
+
+    from apps.registry import services
+
+    config = json.loads((demo_dir / "base-model" / "config.json").read_text())
+    services.register_base_model(name="lorahub-demo-tiny", revision="r2", model_config=config,
+                                 max_lora_rank=16)
+    folder = tmp_path / "r2"
+    shutil.copytree(demo_dir / "adapters" / "legal-v1", folder)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**cfg, "revision": "r2"}))
+    version_id = publish(tenant_a, "legal", "r2-1", folder, reviewer)
+    assert world["control"].put("/api/aliases/legal", {"version_id": version_id},
+                                content_type="application/json").status_code == 200
+    before = _metric(world["url"], "adapter_version_mismatch_total")
+    with pytest.raises(openai.ConflictError) as refused:
+        complete(world["a"], model="legal")
+    assert "base revision r2" in refused.value.response.json()["error"]["message"]
+    assert _metric(world["url"], "adapter_version_mismatch_total") == before + 1
+
+
+def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
+    key, url = world["a_key"], world["url"]
+    complete(world["a"])  # adapter hot first
+
+    def long_request(_):
+        return httpx.post(f"{url}/v1/completions", headers={"Authorization": f"Bearer {key}"},
+                          json={"model": "support", "prompt": PROMPT, "max_tokens": 300,
+                                "temperature": 1.0, "seed": 1}, timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
+        responses = list(pool.map(long_request, range(24)))
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(200) >= 4
+    assert 503 in statuses
+    busy = next(r for r in responses if r.status_code == 503)
+    assert busy.headers["retry-after"]
+    assert busy.json()["error"]["code"] == "overloaded"
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if series.split("{")[0] != name:
+            continue
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
+    url = world["url"]
+    ok_before = _metric(url, "adapter_requests_total", tenant="tenant-a", adapter="support",
+                        status="ok")
+    for _ in range(3):
+        complete(world["a"])
+    with pytest.raises(openai.NotFoundError):
+        complete(world["a"], model="nope")
+    assert _metric(url, "adapter_requests_total", tenant="tenant-a", adapter="support",
+                   status="ok") == ok_before + 3
+    assert _metric(url, "ttft_by_adapter_count", tenant="tenant-a", adapter="support") >= 3
+    assert _metric(url, "adapter_cache_lookups_total", tier="L1") >= 2
+    assert _metric(url, "error_rate_by_adapter_total", tenant="tenant-a") >= 1
+    assert "adapter_load_latency_ms_bucket" in httpx.get(f"{url}/metrics").text
+    deadline = time.monotonic() + 10
+    while RequestLog.objects.filter(tenant=tenant_a, alias="support").count() < 3:
+        assert time.monotonic() < deadline, "request statistics were not written"
+        time.sleep(0.2)
+    row = RequestLog.objects.filter(tenant=tenant_a, alias="support", status=200).first()
+    assert row.adapter_id == "support" and row.version == "v1" and row.ttft_ms > 0
+    assert row.completion_tokens > 0 and row.tier in ("L1", "L2", "L3", "L4")
+    assert RequestLog.objects.filter(tenant=tenant_a, alias="nope", status=404).exists()
+    from apps.serving.models import RequestMinute
+
+    assert RequestMinute.objects.filter(tenant=tenant_a, alias="support").exists()
