@@ -66,8 +66,9 @@ def prepare(work: Path) -> tuple[dict[str, str], str, str]:
     from apps.tenants import services as tenant_services
     from apps.tenants.models import Tenant
 
-    _, key = tenant_services.issue_api_key(tenant=Tenant.objects.get(slug="acme"),
-                                           name=f"bench-{time.time_ns()}", actor=None)
+    _, key = tenant_services.issue_api_key(
+        tenant=Tenant.objects.get(slug="acme"), name=f"bench-{time.time_ns()}", actor=None
+    )
     return env, key, "support"
 
 
@@ -75,8 +76,13 @@ def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int)
     import httpx
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "manage.py", "runnode", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runnode", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240
@@ -89,8 +95,7 @@ def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int)
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise SystemExit("the node did not start")
             time.sleep(0.5)
-        body = {"model": alias, "prompt": prompt, "max_tokens": 8, "temperature": 0,
-                "stream": True}
+        body = {"model": alias, "prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True}
         headers = {"Authorization": f"Bearer {key}"}
         ttfts = []
         with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
@@ -145,12 +150,16 @@ def main() -> None:
     print(f"\nTTFT, hot adapter, {n} requests each, max_tokens=8, one request at a time\n")
     print(f"{'path':<30}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'x baseline':>12}")
     for label, values in rows:
-        print(f"{label:<30}{statistics.median(values):>9.2f}{pct(values, .95):>9.2f}"
-              f"{pct(values, .99):>9.2f}{statistics.median(values) / base:>12.2f}")
+        print(
+            f"{label:<30}{statistics.median(values):>9.2f}{pct(values, 0.95):>9.2f}"
+            f"{pct(values, 0.99):>9.2f}{statistics.median(values) / base:>12.2f}"
+        )
     added = statistics.median(node) - base
     target = max(base * 0.10, 5.0)
-    print(f"\nadded by the node (median): {added:.2f} ms; target <= {target:.2f} ms "
-          f"(1.10x or 5 ms, whichever is larger): {'met' if added <= target else 'NOT met'}")
+    print(
+        f"\nadded by the node (median): {added:.2f} ms; target <= {target:.2f} ms "
+        f"(1.10x or 5 ms, whichever is larger): {'met' if added <= target else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -356,7 +356,10 @@ def node_url(django_db_setup, s3_server, demo_dir, tmp_path_factory) -> Iterator
     log = (work / "node.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runnode", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -265,52 +265,48 @@ def _gather_files(version: AdapterVersion, work: Path) -> Path:
 def validate_version(*, version_id: int) -> AdapterVersion:
     """Validate a staged upload; publish it for review or reject it. Idempotent.
 
-    On rejection nothing of the upload stays in storage and the version can never be
-    approved; its version string stays taken.
+    The version row stays locked for the whole validation, so a redelivered task (or any
+    second caller) waits, then finds the version judged and does nothing. On rejection
+    nothing of the upload stays in storage and the version can never be approved; its
+    version string stays taken.
     """
-    version = AdapterVersion.objects.select_related("adapter__tenant").get(pk=version_id)
-    if version.state != VersionState.VALIDATING:
-        return version
-    store = get_store()
-    prefix = storage_prefix(version)
-    written: list[str] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="lorahub-validate-") as tmp:
-            folder = _gather_files(version, Path(tmp))
-            result = validate_adapter(
-                folder,
-                base_models=base_model_specs(),
-                revision_hint=version.base_model_revision or None,
-            )
-            for name in sorted(result.files):
-                with (folder / name).open("rb") as fh:
-                    store.put(f"{prefix}/{name}", fh)
-                written.append(f"{prefix}/{name}")
-    except Rejected as exc:
-        _delete_keys(written)
-        return _finish_validation(version_id, rejected=exc.message)
-    except StorageError:
-        _delete_keys(written)
-        raise  # the task retries
-    return _finish_validation(version_id, result=result, prefix=prefix)
+    with transaction.atomic():
+        version = (
+            AdapterVersion.objects.select_for_update(of=("self",))
+            .select_related("adapter__tenant")
+            .get(pk=version_id)
+        )
+        if version.state != VersionState.VALIDATING:
+            return version
+        store = get_store()
+        prefix = storage_prefix(version)
+        # Objects left by an attempt that died half-way: nobody can have used them (the
+        # version was never published), and we hold the lock, so clear them.
+        store.delete_prefix(prefix)
+        try:
+            with tempfile.TemporaryDirectory(prefix="lorahub-validate-") as tmp:
+                folder = _gather_files(version, Path(tmp))
+                result = validate_adapter(
+                    folder,
+                    base_models=base_model_specs(),
+                    revision_hint=version.base_model_revision or None,
+                )
+                for name in sorted(result.files):
+                    with (folder / name).open("rb") as fh:
+                        store.put(f"{prefix}/{name}", fh)
+        except Rejected as exc:
+            store.delete_prefix(prefix)
+            return _finish_validation(version, rejected=exc.message)
+        except StorageError:
+            store.delete_prefix(prefix)
+            raise  # the task retries
+        return _finish_validation(version, result=result, prefix=prefix)
 
 
-def _delete_keys(keys_: list[str]) -> None:
-    if keys_:
-        get_store().delete_prefix(keys_[0].rsplit("/", 1)[0])
-
-
-@transaction.atomic
 def _finish_validation(
-    version_id: int, *, rejected: str | None = None, result=None, prefix: str = ""
+    version: AdapterVersion, *, rejected: str | None = None, result=None, prefix: str = ""
 ) -> AdapterVersion:
-    version = (
-        AdapterVersion.objects.select_for_update(of=("self",))
-        .select_related("adapter__tenant")
-        .get(pk=version_id)
-    )
-    if version.state != VersionState.VALIDATING:
-        return version
+    """Record the verdict; the caller holds the row lock inside its transaction."""
     staged = version.staging_prefix
     version.validated_at = timezone.now()
     version.staging_prefix = ""

@@ -106,9 +106,12 @@ class Inference:
             trace.resolved = snapshot.choose(request_key, caller.key_prefix)
             self.admit(trace.resolved)
             if not await self.node.signature_ok(trace.resolved):
-                raise oai.ApiError(403, f"{trace.resolved.label}'s signature does not verify; "
-                                   "it will not be served", type_="permission_error",
-                                   code="signature_invalid")
+                raise oai.ApiError(
+                    403,
+                    f"{trace.resolved.label}'s signature does not verify; it will not be served",
+                    type_="permission_error",
+                    code="signature_invalid",
+                )
         if not node.rate.allow(caller.tenant_id, caller.requests_per_minute):
             raise oai.ApiError(
                 429,

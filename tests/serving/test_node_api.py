@@ -31,8 +31,12 @@ def world(node_url, published, tenant_a, tenant_b):
     _, a_key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
     _, b_key = tenant_services.issue_api_key(tenant=tenant_b, name="app", actor=None)
     control = Client(HTTP_AUTHORIZATION=f"Bearer {a_key}")
-    assert control.put("/api/aliases/support", {"version_id": published["v1"]},
-                       content_type="application/json").status_code == 200
+    assert (
+        control.put(
+            "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
+        ).status_code
+        == 200
+    )
     return {
         "url": node_url,
         "a": openai.OpenAI(base_url=f"{node_url}/v1", api_key=a_key, max_retries=0),
@@ -71,23 +75,38 @@ def test_alias_answers_with_its_version_and_moves_take_effect_within_a_second(wo
     assert again["x-lorahub-cache-tier"] == "L1"
     assert float(again["x-lorahub-load-ms"]) == 0
 
-    assert control.put("/api/aliases/support", {"version_id": world["versions"]["v2"]},
-                       content_type="application/json").status_code == 200
+    assert (
+        control.put(
+            "/api/aliases/support",
+            {"version_id": world["versions"]["v2"]},
+            content_type="application/json",
+        ).status_code
+        == 200
+    )
     seconds = serves_within(a, V2)
     print(f"alias move in effect on the node after {seconds * 1000:.0f} ms")
     assert complete(a)[1]["x-lorahub-adapter"] == "support@v2"
 
-    assert control.post("/api/aliases/support/rollback", {},
-                        content_type="application/json").status_code == 200
+    assert (
+        control.post(
+            "/api/aliases/support/rollback", {}, content_type="application/json"
+        ).status_code
+        == 200
+    )
     seconds = serves_within(a, V1)
     print(f"rollback in effect on the node after {seconds * 1000:.0f} ms")
 
 
 def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world):
     a, control = world["a"], world["control"]
-    assert control.post("/api/aliases/support/canary",
-                        {"version_id": world["versions"]["v2"], "percent": 50},
-                        content_type="application/json").status_code == 200
+    assert (
+        control.post(
+            "/api/aliases/support/canary",
+            {"version_id": world["versions"]["v2"], "percent": 50},
+            content_type="application/json",
+        ).status_code
+        == 200
+    )
     deadline = time.monotonic() + 1.0
     seen: dict[str, str] = {}
     while time.monotonic() < deadline or len(set(seen.values())) < 2:
@@ -140,14 +159,27 @@ def test_a_version_that_is_not_approved_and_signed_is_never_served(world, tenant
 def test_streamed_chat_and_completions_end_with_done(world):
     url, key = world["url"], world["a_key"]
     stream = world["a"].chat.completions.create(
-        model="support", messages=[{"role": "user", "content": QUESTION}], stream=True,
-        max_tokens=12, temperature=0,
+        model="support",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        max_tokens=12,
+        temperature=0,
     )
     text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
     assert text.strip().startswith(V1)
-    with httpx.stream("POST", f"{url}/v1/completions", headers={"Authorization": f"Bearer {key}"},
-                      json={"model": "support", "prompt": PROMPT, "max_tokens": 8,
-                            "stream": True, "temperature": 0}, timeout=60) as response:
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={
+            "model": "support",
+            "prompt": PROMPT,
+            "max_tokens": 8,
+            "stream": True,
+            "temperature": 0,
+        },
+        timeout=60,
+    ) as response:
         assert response.headers["x-lorahub-adapter"] == "support@v1"
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
@@ -175,15 +207,20 @@ def test_a_version_for_another_base_revision_is_refused_and_counted(
     from apps.registry import services
 
     config = json.loads((demo_dir / "base-model" / "config.json").read_text())
-    services.register_base_model(name="lorahub-demo-tiny", revision="r2", model_config=config,
-                                 max_lora_rank=16)
+    services.register_base_model(
+        name="lorahub-demo-tiny", revision="r2", model_config=config, max_lora_rank=16
+    )
     folder = tmp_path / "r2"
     shutil.copytree(demo_dir / "adapters" / "legal-v1", folder)
     cfg = json.loads((folder / "adapter_config.json").read_text())
     (folder / "adapter_config.json").write_text(json.dumps({**cfg, "revision": "r2"}))
     version_id = publish(tenant_a, "legal", "r2-1", folder, reviewer)
-    assert world["control"].put("/api/aliases/legal", {"version_id": version_id},
-                                content_type="application/json").status_code == 200
+    assert (
+        world["control"]
+        .put("/api/aliases/legal", {"version_id": version_id}, content_type="application/json")
+        .status_code
+        == 200
+    )
     before = _metric(world["url"], "adapter_version_mismatch_total")
     with pytest.raises(openai.ConflictError) as refused:
         complete(world["a"], model="legal")
@@ -196,9 +233,18 @@ def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
     complete(world["a"])  # adapter hot first
 
     def long_request(_):
-        return httpx.post(f"{url}/v1/completions", headers={"Authorization": f"Bearer {key}"},
-                          json={"model": "support", "prompt": PROMPT, "max_tokens": 300,
-                                "temperature": 1.0, "seed": 1}, timeout=120)
+        return httpx.post(
+            f"{url}/v1/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={
+                "model": "support",
+                "prompt": PROMPT,
+                "max_tokens": 300,
+                "temperature": 1.0,
+                "seed": 1,
+            },
+            timeout=120,
+        )
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
         responses = list(pool.map(long_request, range(24)))
@@ -225,14 +271,17 @@ def _metric(url: str, name: str, **labels: str) -> float:
 
 def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     url = world["url"]
-    ok_before = _metric(url, "adapter_requests_total", tenant="tenant-a", adapter="support",
-                        status="ok")
+    ok_before = _metric(
+        url, "adapter_requests_total", tenant="tenant-a", adapter="support", status="ok"
+    )
     for _ in range(3):
         complete(world["a"])
     with pytest.raises(openai.NotFoundError):
         complete(world["a"], model="nope")
-    assert _metric(url, "adapter_requests_total", tenant="tenant-a", adapter="support",
-                   status="ok") == ok_before + 3
+    assert (
+        _metric(url, "adapter_requests_total", tenant="tenant-a", adapter="support", status="ok")
+        == ok_before + 3
+    )
     assert _metric(url, "ttft_by_adapter_count", tenant="tenant-a", adapter="support") >= 3
     assert _metric(url, "adapter_cache_lookups_total", tier="L1") >= 2
     assert _metric(url, "error_rate_by_adapter_total", tenant="tenant-a") >= 1
