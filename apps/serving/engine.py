@@ -196,6 +196,12 @@ class Engine:
             raise EngineNotReady(f"engine is {self.info().state}")
         return self._llm
 
+    def requests_in_flight(self) -> int:
+        """Requests vLLM is still working on (0 when the engine is not running)."""
+        if self._llm is None or self._llm.errored:
+            return 0
+        return int(self._llm.get_num_unfinished_requests())
+
     # --- adapters -----------------------------------------------------------------------
 
     @staticmethod

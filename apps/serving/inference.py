@@ -268,6 +268,17 @@ class Inference:
         except ValueError as exc:  # vLLM refuses e.g. a prompt longer than the model allows
             return self._error(oai.ApiError(400, str(exc), code="invalid_request"), trace)
         except Exception:
+            if not self.node.engine.is_ready:  # it died under this request: retryable
+                return self._error(
+                    oai.ApiError(
+                        503,
+                        "the engine is restarting; retry shortly",
+                        type_="overloaded_error",
+                        code="engine_unavailable",
+                        retry_after=5,
+                    ),
+                    trace,
+                )
             logger.exception("inference request failed")
             return self._error(
                 oai.ApiError(

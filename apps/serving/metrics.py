@@ -89,6 +89,11 @@ class NodeMetrics:
             "Requests refused with 503 because the node was full",
             registry=r,
         )
+        self.in_flight = Gauge(
+            "engine_requests_in_flight",
+            "Requests the engine is generating or has queued",
+            registry=r,
+        )
         self.stats_dropped = Counter(
             "request_stats_dropped",
             "Request statistics dropped because the writer fell behind",

@@ -195,6 +195,7 @@ class Node:
 
     async def metrics_endpoint(self, request: Request) -> Response:
         self.metrics.gpu_memory.set(self.placement.hot_bytes() / 1048576)
+        self.metrics.in_flight.set(self.engine.requests_in_flight())
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )

@@ -297,3 +297,72 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     from apps.serving.models import RequestMinute
 
     assert RequestMinute.objects.filter(tenant=tenant_a, alias="support").exists()
+
+
+def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):
+    key, url = world["a_key"], world["url"]
+    complete(world["a"])  # adapter hot first
+    body = {
+        "model": "support",
+        "prompt": PROMPT,
+        "max_tokens": 480,
+        "temperature": 1.0,
+        "seed": 3,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/completions",
+        json=body,
+        timeout=60,
+        headers={"Authorization": f"Bearer {key}"},
+    ) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                break  # one token arrived; now hang up with ~480 tokens still to go
+    assert _metric(url, "engine_requests_in_flight") <= 1
+    deadline = time.monotonic() + 5
+    while _metric(url, "engine_requests_in_flight") > 0:
+        assert time.monotonic() < deadline, "the generation kept running after the disconnect"
+        time.sleep(0.05)
+
+
+def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
+    """Last in this file: it kills the shared node's engine core."""
+    import os
+    import signal
+
+    import psutil
+
+    url = world["url"]
+    port = int(url.rsplit(":", 1)[1])
+    node = next(
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and "runnode" in p.info["cmdline"] and str(port) in p.info["cmdline"]
+    )
+    core = next(
+        c
+        for c in node.children(recursive=True)
+        if "EngineCore" in c.name() or any("EngineCore" in part for part in (c.cmdline() or []))
+    )
+    os.kill(core.pid, signal.SIGKILL)
+    statuses = []
+    deadline = time.monotonic() + 240
+    while True:
+        response = httpx.post(
+            f"{url}/v1/completions",
+            headers={"Authorization": f"Bearer {world['a_key']}"},
+            json={"model": "support", "prompt": PROMPT, "max_tokens": 8, "temperature": 0},
+            timeout=60,
+        )
+        statuses.append(response.status_code)
+        if response.status_code == 200 and 503 in statuses:
+            break
+        assert response.status_code in (200, 503), response.text
+        if response.status_code == 503:
+            assert response.headers["retry-after"]
+        assert time.monotonic() < deadline, f"no recovery: {statuses[-5:]}"
+        time.sleep(0.5)
+    assert response.json()["choices"][0]["text"].strip().startswith(V1)
+    assert httpx.get(f"{url}/healthz").json()["engine"] == "ready"
