@@ -183,6 +183,21 @@ def test_streamed_chat_and_completions_end_with_done(world):
         assert response.headers["x-lorahub-adapter"] == "support@v1"
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={
+            "model": "support",
+            "stream": True,
+            "max_tokens": 8,
+            "messages": [{"role": "user", "content": QUESTION}],
+        },
+        timeout=60,
+    ) as response:
+        chat_lines = [line for line in response.iter_lines() if line]
+    assert chat_lines[-1] == "data: [DONE]"
+    assert '"object":"chat.completion.chunk"' in chat_lines[0]
 
 
 def test_models_lists_the_tenants_aliases_and_the_base_model(world):
