@@ -1,0 +1,204 @@
+"""Eviction policies: pure objects that score cache residents. They never touch the engine.
+
+A higher score means "evict sooner". The cache manager asks a policy for victims and applies
+the decision itself, so the same policy runs on a live node, in unit tests and in the trace
+replayer. Shipped, selectable by name:
+
+* ``lru``      — idle time only.
+* ``lfu``      — decayed access frequency only (idle time breaks ties).
+* ``weighted`` — the seed's formula (default; ``weighted_lru`` is an alias)::
+
+      score = idle_minutes * 0.35 + memory_mb * 0.25 - recent_hits * 0.20
+              - tenant_priority * 0.15 - reload_cost_ms * 0.05
+
+  plus a bonus for deprecated or rolled-back versions, and idle time weighed up under queue
+  pressure (a full load queue makes holding idle adapters costlier). Weights are configurable.
+* ``gdsf``     — GreedyDual-Size-Frequency: keep the largest ``clock + hits * cost / size``;
+  the clock rises to each victim's value, so long-idle residents age out.
+
+``select_victims`` adds tenant quotas and guaranteed shares on top of any policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+HALF_LIFE_S = 600.0  # access frequency halves every 10 idle minutes
+
+
+@dataclass(frozen=True)
+class Resident:
+    """What a policy knows about one cached adapter version."""
+
+    key: tuple
+    tenant_id: int
+    size_bytes: int
+    last_used: float  # seconds, any monotonic clock
+    hits: float = 0.0  # decayed access count, as of ``last_used``
+    reload_cost_ms: float = 0.0  # measured time to bring it back from the tier below
+    tenant_priority: int = 1
+    deprecated: bool = False
+    pinned: bool = False
+
+    def decayed_hits(self, now: float) -> float:
+        return self.hits * math.pow(0.5, max(0.0, now - self.last_used) / HALF_LIFE_S)
+
+    def touched(self, now: float) -> Resident:
+        """The resident after one more access at ``now``."""
+        return replace(self, hits=self.decayed_hits(now) + 1.0, last_used=now)
+
+
+class Policy(Protocol):
+    name: str
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float: ...
+
+    def on_evict(self, resident: Resident, now: float) -> None: ...
+
+
+class LRU:
+    name = "lru"
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
+        return now - resident.last_used
+
+    def on_evict(self, resident: Resident, now: float) -> None:
+        return None
+
+
+class LFU:
+    name = "lfu"
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
+        # fewest (decayed) hits first; among equals, the longest idle
+        return -resident.decayed_hits(now) + (now - resident.last_used) * 1e-9
+
+    def on_evict(self, resident: Resident, now: float) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Weights:
+    idle: float = 0.35
+    memory: float = 0.25
+    hits: float = 0.20
+    priority: float = 0.15
+    reload: float = 0.05
+    deprecated_bonus: float = 1000.0
+    pressure_idle_boost: float = 1.0  # idle weight x (1 + boost * pressure), pressure in [0, 1]
+
+
+@dataclass
+class Weighted:
+    weights: Weights = field(default_factory=Weights)
+    name: str = "weighted"
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
+        w = self.weights
+        idle_minutes = (now - resident.last_used) / 60.0
+        score = (
+            idle_minutes * w.idle * (1.0 + w.pressure_idle_boost * min(max(pressure, 0.0), 1.0))
+            + resident.size_bytes / 1048576 * w.memory
+            - resident.decayed_hits(now) * w.hits
+            - resident.tenant_priority * w.priority
+            - resident.reload_cost_ms * w.reload
+        )
+        return score + (w.deprecated_bonus if resident.deprecated else 0.0)
+
+    def on_evict(self, resident: Resident, now: float) -> None:
+        return None
+
+
+@dataclass
+class GDSF:
+    """GreedyDual-Size-Frequency. Holds one number of state, the clock ``L``."""
+
+    clock: float = 0.0
+    name: str = "gdsf"
+
+    def value(self, resident: Resident, now: float) -> float:
+        size_mb = max(resident.size_bytes / 1048576, 1e-6)
+        cost = max(resident.reload_cost_ms, 1e-3)
+        return self.clock + (resident.decayed_hits(now) + 1.0) * cost / size_mb
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
+        return -self.value(resident, now) + (1e6 if resident.deprecated else 0.0)
+
+    def on_evict(self, resident: Resident, now: float) -> None:
+        self.clock = max(self.clock, self.value(resident, now))
+
+
+def make_policy(name: str, weights: Weights | None = None) -> Policy:
+    if name in ("weighted", "weighted_lru"):
+        return Weighted(weights or Weights())
+    if name == "lru":
+        return LRU()
+    if name == "lfu":
+        return LFU()
+    if name == "gdsf":
+        return GDSF()
+    raise ValueError(f"unknown eviction policy {name!r}; use lru, lfu, weighted or gdsf")
+
+
+def guaranteed_shares(capacity: int, priorities: Mapping[int, int]) -> dict[int, int]:
+    """Slots each tenant keeps however hard others burst: half the capacity is split in
+    proportion to (priority + 1) among the tenants that have residents; the other half is
+    free for whoever needs it. A tenant's share is at least 1 when capacity allows."""
+    if not priorities or capacity <= 0:
+        return {}
+    reserved = capacity // 2
+    total = sum(p + 1 for p in priorities.values())
+    return {
+        tenant: max(1 if reserved >= len(priorities) else 0, math.floor(reserved * (p + 1) / total))
+        for tenant, p in priorities.items()
+    }
+
+
+def select_victims(
+    residents: Iterable[Resident],
+    *,
+    policy: Policy,
+    now: float,
+    slots_needed: int = 1,
+    capacity: int,
+    requester: int | None = None,
+    quotas: Mapping[int, int] | None = None,
+    pressure: float = 0.0,
+) -> list[Resident]:
+    """The residents to evict so that ``slots_needed`` more fit, lowest value first.
+
+    Rules, in order: pinned residents never go. If the requesting tenant is at its quota
+    (``quotas[tenant]`` residents), it displaces its own lowest-value residents and nobody
+    else's. Otherwise victims come from anyone, except that no other tenant is pushed below
+    its guaranteed share (``guaranteed_shares``). Returns fewer than needed when the rules
+    allow no more; the caller then waits, degrades or refuses.
+    """
+    everyone = list(residents)
+    pool = [r for r in everyone if not r.pinned]
+    free = capacity - len(everyone)
+    needed = max(0, slots_needed - max(free, 0))
+    if needed == 0:
+        return []
+    ranked = sorted(pool, key=lambda r: policy.score(r, now, pressure), reverse=True)
+    counts: dict[int, int] = {}
+    for r in everyone:
+        counts[r.tenant_id] = counts.get(r.tenant_id, 0) + 1
+    quota = (quotas or {}).get(requester) if requester is not None else None
+    if requester is not None and quota is not None and counts.get(requester, 0) >= quota:
+        own = [r for r in ranked if r.tenant_id == requester]
+        over = counts[requester] - quota + slots_needed
+        return own[: max(needed, over)]
+    priorities = {r.tenant_id: r.tenant_priority for r in everyone}
+    shares = guaranteed_shares(capacity, priorities)
+    victims: list[Resident] = []
+    for r in ranked:
+        if len(victims) == needed:
+            break
+        if r.tenant_id != requester and counts[r.tenant_id] <= shares.get(r.tenant_id, 0):
+            continue
+        victims.append(r)
+        counts[r.tenant_id] -= 1
+    return victims

@@ -1,0 +1,170 @@
+"""Unit tests of the eviction policies on hand-built residents (pure logic, no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.serving.cache.policy import (
+    GDSF,
+    LFU,
+    LRU,
+    Resident,
+    Weighted,
+    Weights,
+    guaranteed_shares,
+    make_policy,
+    select_victims,
+)
+
+MB = 1024 * 1024
+NOW = 10_000.0
+
+
+def resident(
+    name,
+    *,
+    tenant=1,
+    size_mb=10,
+    idle_s=0,
+    hits=0,
+    cost_ms=10,
+    priority=1,
+    deprecated=False,
+    pinned=False,
+):
+    return Resident(
+        key=(name,),
+        tenant_id=tenant,
+        size_bytes=int(size_mb * MB),
+        last_used=NOW - idle_s,
+        hits=hits,
+        reload_cost_ms=cost_ms,
+        tenant_priority=priority,
+        deprecated=deprecated,
+        pinned=pinned,
+    )
+
+
+def evict_order(policy, residents, pressure=0.0):
+    return [
+        r.key[0]
+        for r in sorted(residents, key=lambda r: policy.score(r, NOW, pressure), reverse=True)
+    ]
+
+
+# The seed's rule of thumb: high-frequency, small, high-priority, slow-to-load adapters stay;
+# low-frequency, large, low-priority, cheap-to-reload ones go.
+KEEPER = dict(size_mb=20, hits=50, priority=2, cost_ms=800)
+GOER = dict(size_mb=160, hits=1, priority=0, cost_ms=5)
+
+
+@pytest.mark.parametrize("policy", [Weighted(), GDSF()], ids=["weighted", "gdsf"])
+def test_the_seeds_rule_of_thumb_holds_even_when_the_keeper_is_idler(policy):
+    keeper = resident("keeper", idle_s=300, **KEEPER)
+    goer = resident("goer", idle_s=30, **GOER)
+    assert evict_order(policy, [keeper, goer])[0] == "goer"
+
+
+def test_plain_lru_gets_the_same_case_wrong():
+    keeper = resident("keeper", idle_s=300, **KEEPER)
+    goer = resident("goer", idle_s=30, **GOER)
+    assert evict_order(LRU(), [keeper, goer])[0] == "keeper"
+
+
+def test_each_factor_alone_moves_the_weighted_score_the_right_way():
+    w = Weighted()
+    base = resident("x", idle_s=60, hits=5)
+    worse = {
+        "idle": resident("x", idle_s=600, hits=5),
+        "size": resident("x", idle_s=60, hits=5, size_mb=100),
+        "fewer hits": resident("x", idle_s=60, hits=1),
+        "lower priority": resident("x", idle_s=60, hits=5, priority=0),
+        "cheaper reload": resident("x", idle_s=60, hits=5, cost_ms=1),
+        "deprecated": resident("x", idle_s=60, hits=5, deprecated=True),
+    }
+    for why, r in worse.items():
+        assert w.score(r, NOW) > w.score(base, NOW), why
+
+
+def test_queue_pressure_weighs_idle_time_up():
+    w = Weighted(Weights(memory=0.0, hits=0.0, priority=0.0, reload=0.0))
+    idle = resident("idle", idle_s=600)
+    assert w.score(idle, NOW, pressure=1.0) == pytest.approx(2 * w.score(idle, NOW, pressure=0.0))
+
+
+def test_lfu_evicts_the_least_used_and_frequency_decays_with_idle_time():
+    frequent = resident("frequent", hits=40, idle_s=10)
+    rare = resident("rare", hits=2, idle_s=10)
+    assert evict_order(LFU(), [frequent, rare])[0] == "rare"
+    long_ago = resident("long-ago", hits=40, idle_s=6 * 3600)  # 36 half-lives later
+    assert evict_order(LFU(), [long_ago, rare])[0] == "long-ago"
+
+
+def test_touch_adds_a_hit_to_the_decayed_count():
+    r = resident("x", hits=8, idle_s=600)  # one half-life idle
+    assert r.touched(NOW).hits == pytest.approx(5.0)
+    assert r.touched(NOW).last_used == NOW
+
+
+def test_gdsf_clock_rises_to_each_victim_so_old_values_age_out():
+    policy = GDSF()
+    a = resident("a", hits=3, cost_ms=100, size_mb=10)
+    assert policy.clock == 0
+    policy.on_evict(a, NOW)
+    assert policy.clock == pytest.approx((3 + 1) * 100 / 10)  # (hits + 1) * cost / size
+    fresh = resident("fresh", hits=0, cost_ms=10, size_mb=10)
+    assert policy.value(fresh, NOW) > policy.clock
+
+
+def test_policies_are_selected_by_name():
+    assert isinstance(make_policy("weighted_lru"), Weighted)
+    assert {make_policy(n).name for n in ("lru", "lfu", "weighted", "gdsf")} == {
+        "lru",
+        "lfu",
+        "weighted",
+        "gdsf",
+    }
+    with pytest.raises(ValueError, match="unknown eviction policy 'random'"):
+        make_policy("random")
+
+
+def test_pinned_residents_are_never_chosen():
+    residents = [resident("pinned", idle_s=9999, pinned=True), resident("busy", hits=100)]
+    victims = select_victims(residents, policy=LRU(), now=NOW, capacity=2)
+    assert [v.key[0] for v in victims] == ["busy"]
+    only_pinned = [resident("p1", pinned=True), resident("p2", pinned=True)]
+    assert select_victims(only_pinned, policy=LRU(), now=NOW, capacity=2) == []
+
+
+def test_no_victims_while_there_is_room():
+    assert select_victims([resident("a")], policy=LRU(), now=NOW, capacity=2) == []
+
+
+def test_a_tenant_at_its_quota_displaces_its_own_lowest_value_adapter():
+    residents = [
+        resident("a1", tenant=1, idle_s=10),
+        resident("a2", tenant=1, idle_s=20),
+        resident("b1", tenant=2, idle_s=900),
+    ]
+    victims = select_victims(
+        residents, policy=LRU(), now=NOW, capacity=3, requester=1, quotas={1: 2}
+    )
+    assert [v.key[0] for v in victims] == ["a2"]
+
+
+def test_a_burst_cannot_push_another_tenant_below_its_guaranteed_share():
+    # capacity 8: half (4) is reserved, split by priority+1 between tenant 1 (p2) and 2 (p0)
+    shares = guaranteed_shares(8, {1: 2, 2: 0})
+    assert shares == {1: 3, 2: 1}
+    residents = [resident(f"a{i}", tenant=1, idle_s=1, priority=2) for i in range(6)] + [
+        resident("b0", tenant=2, idle_s=5000, priority=0),
+        resident("b1", tenant=2, idle_s=4000, priority=0),
+    ]
+    # tenant 1 bursts and needs 3 more slots; tenant 2's two adapters are the idlest
+    victims = select_victims(
+        residents, policy=LRU(), now=NOW, capacity=8, requester=1, slots_needed=3, quotas={1: 10}
+    )
+    names = [v.key[0] for v in victims]
+    assert "b0" in names  # above its share: may go
+    assert "b1" not in names  # its last guaranteed slot stays
+    assert len(names) == 3  # the rest of the room comes from tenant 1's own adapters
