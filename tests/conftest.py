@@ -320,6 +320,7 @@ def engine(demo_dir) -> Iterator[EngineRunner]:
 
 # --- the serving node ------------------------------------------------------------------------
 
+NODE_INTERNAL_TOKEN = "test-internal-token"
 NODE_CACHE_CONFIG = """
 base_model: lorahub-demo-tiny
 base_model_revision: r1
@@ -330,7 +331,13 @@ adapter_cache:
 
 
 @pytest.fixture(scope="session")
-def node_url(django_db_setup, s3_server, demo_dir, tmp_path_factory) -> Iterator[str]:
+def node_work(tmp_path_factory) -> Path:
+    """The serving node's working folder: its cache config, its disk cache, its log."""
+    return tmp_path_factory.mktemp("node")
+
+
+@pytest.fixture(scope="session")
+def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
 
     Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 8 waiting) so
@@ -338,7 +345,7 @@ def node_url(django_db_setup, s3_server, demo_dir, tmp_path_factory) -> Iterator
     """
     import httpx
 
-    work = tmp_path_factory.mktemp("node")
+    work = node_work
     config = work / "cache.yaml"
     config.write_text(NODE_CACHE_CONFIG)
     port = free_port()
@@ -352,6 +359,7 @@ def node_url(django_db_setup, s3_server, demo_dir, tmp_path_factory) -> Iterator
         "LORAHUB_NODE_MAX_CONCURRENT": "4",
         "LORAHUB_NODE_MAX_QUEUE": "8",
         "LORAHUB_NODE_NAME": "test-node",
+        "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
     }
     log = (work / "node.log").open("wb")
     proc = subprocess.Popen(

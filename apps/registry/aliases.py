@@ -338,10 +338,14 @@ def canary_bucket(alias_id: int, canary_version_id: int, request_key: str) -> in
 
 
 def _resolved(alias: Alias, version: AdapterVersion, *, is_canary: bool) -> ResolvedVersion:
+    return _resolved_version(version, alias=alias.name, is_canary=is_canary)
+
+
+def _resolved_version(version: AdapterVersion, *, alias: str, is_canary: bool) -> ResolvedVersion:
     return ResolvedVersion(
-        tenant_id=alias.tenant_id,
-        tenant_slug=alias.tenant.slug,
-        alias=alias.name,
+        tenant_id=version.adapter.tenant_id,
+        tenant_slug=version.adapter.tenant.slug,
+        alias=alias,
         adapter_id=version.adapter.adapter_id,
         version_id=version.pk,
         version=version.version,
@@ -389,6 +393,12 @@ def load_alias_snapshot(*, tenant_id: int, name: str) -> AliasSnapshot | None:
 
 def load_all_alias_snapshots() -> list[AliasSnapshot]:
     return [_snapshot_of(alias) for alias in _snapshot_queryset()]
+
+
+def load_version(version_id: int) -> ResolvedVersion | None:
+    """A version by id, as the node would serve it (for prewarming by version)."""
+    version = AdapterVersion.objects.select_related("adapter__tenant").filter(pk=version_id).first()
+    return _resolved_version(version, alias="", is_canary=False) if version else None
 
 
 def resolve_alias(

@@ -369,20 +369,7 @@ def approve_version(*, version_id: int, principal: Principal, note: str = "") ->
     private = keys.private_key()
     version.signature = signing.sign_manifest(private, manifest)
     version.signing_key_id = keys.register_current_key()
-    version.state = VersionState.APPROVED
-    version.reviewer = principal.user
-    version.review_note = note.strip()
-    version.reviewed_at = timezone.now()
-    version.save()
-    tenant_services.record_event(
-        action="version.approve",
-        obj=version,
-        actor=principal.user,
-        tenant=version.adapter.tenant,
-        before={"state": VersionState.PENDING_REVIEW},
-        after={"state": version.state},
-        note=version.review_note,
-    )
+    _record_review(version, principal, VersionState.APPROVED, note)
     tenant_services.record_event(
         action="version.sign",
         obj=version,
@@ -401,13 +388,18 @@ def reject_version(*, version_id: int, principal: Principal, note: str) -> Adapt
     if not note.strip():
         raise Invalid("say why the version is rejected, so that the tenant can fix it")
     version = _version_for_review(version_id, principal)
-    version.state = VersionState.REJECTED
+    _record_review(version, principal, VersionState.REJECTED, note)
+    return version
+
+
+def _record_review(version: AdapterVersion, principal: Principal, state: str, note: str) -> None:
+    version.state = state
     version.reviewer = principal.user
     version.review_note = note.strip()
     version.reviewed_at = timezone.now()
     version.save()
     tenant_services.record_event(
-        action="version.reject",
+        action="version.approve" if state == VersionState.APPROVED else "version.reject",
         obj=version,
         actor=principal.user,
         tenant=version.adapter.tenant,
@@ -415,7 +407,6 @@ def reject_version(*, version_id: int, principal: Principal, note: str) -> Adapt
         after={"state": version.state},
         note=version.review_note,
     )
-    return version
 
 
 def verify_version(version: AdapterVersion, public_keys: dict[str, str] | None = None) -> bool:

@@ -177,9 +177,10 @@ class Inference:
             logger.error("refused to load %s: %s", trace.resolved.label, exc)
             raise oai.ApiError(
                 403,
-                f"{trace.resolved.label} failed its integrity check and will not be served",
+                f"{trace.resolved.label} failed its integrity check and is quarantined on "
+                "this node; an operator has been alerted",
                 type_="permission_error",
-                code="integrity_check_failed",
+                code="quarantined",
             ) from None
         trace.tier, trace.load_ms = placed.tier, placed.load_ms
         if placed.tier in ("L3", "L4"):

@@ -89,6 +89,13 @@ class NodeMetrics:
             "Requests refused with 503 because the node was full",
             registry=r,
         )
+        self.integrity_failures = Counter(
+            "adapter_integrity_failures",
+            "Adapter files that failed their seal (L3, replaced) or signed manifest "
+            "(L4, quarantined)",
+            ["tier"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "engine_requests_in_flight",
             "Requests the engine is generating or has queued",

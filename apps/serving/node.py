@@ -23,11 +23,13 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
+from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
 from apps.serving.inference import Inference
+from apps.serving.internal import InternalApi
 from apps.serving.metrics import NodeMetrics
-from apps.serving.placement import Placement, verify_signature
+from apps.serving.placement import Placement
 from apps.serving.stats import StatsRecorder
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class Node:
             store=get_store(),
             root=settings.LORAHUB_NODE_CACHE_DIR,
             public_keys=keys.published_public_keys,
+            on_integrity_failure=self._integrity_failure,
         )
         self.rate = RateLimiter()
         self.slots = asyncio.Semaphore(settings.LORAHUB_NODE_MAX_CONCURRENT)
@@ -73,6 +76,27 @@ class Node:
         self.waiting = 0
         self._tasks: list[asyncio.Task] = []
         self._verified: dict[tuple[int, str], bool] = {}
+
+    def _integrity_failure(self, resolved, tier: str, reason: str) -> None:
+        """Count it; a failure at the registry (L4) also goes to the audit log (blocking)."""
+        self.metrics.integrity_failures.labels(tier=tier).inc()
+        if tier == "L4":
+            from apps.registry.models import AdapterVersion
+            from apps.tenants import services as tenant_services
+
+            version = (
+                AdapterVersion.objects.select_related("adapter__tenant")
+                .filter(pk=resolved.version_id)
+                .first()
+            )
+            if version is not None:
+                tenant_services.record_event(
+                    action="version.quarantine",
+                    obj=version,
+                    tenant=version.adapter.tenant,
+                    after={"node": settings.LORAHUB_NODE_NAME, "tier": tier},
+                    note=reason,
+                )
 
     async def signature_ok(self, resolved) -> bool:
         """Ed25519 check of the version's signed manifest, remembered per (version, signature):
@@ -82,7 +106,11 @@ class Node:
             public = await asyncio.to_thread(keys.published_public_keys)
             if len(self._verified) > 10_000:
                 self._verified.clear()
-            self._verified[key] = verify_signature(resolved, public)
+            try:
+                verify_manifest(resolved, public)
+                self._verified[key] = True
+            except IntegrityFailure:
+                self._verified[key] = False
         return self._verified[key]
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -108,6 +136,10 @@ class Node:
 
     async def _start_engine(self) -> None:
         try:
+            kept = await asyncio.to_thread(
+                lambda: self.placement.disk.rebuild(keys.published_public_keys())
+            )
+            logger.info("disk cache: %d verified version folders kept", len(kept))
             await asyncio.to_thread(self.engine.start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
@@ -204,6 +236,7 @@ class Node:
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
     node = Node(engine_settings)
     inference = Inference(node)
+    internal = InternalApi(inference)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -220,6 +253,9 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/v1/completions", inference.completions, methods=["POST"]),
             Route("/v1/chat/completions", inference.chat_completions, methods=["POST"]),
             Route("/v1/models", inference.models),
+            Route("/internal/warm", internal.warm, methods=["POST"]),
+            Route("/internal/evict", internal.evict, methods=["POST"]),
+            Route("/internal/cache", internal.cache),
         ],
         lifespan=lifespan,
     )

@@ -1,38 +1,39 @@
 """Placing an adapter version where the engine can use it (the request path's step 4).
 
-This is the simple path: fetch from the registry (L4) into a node-local folder per immutable
-version (L3), verify, and hand the engine an ``AdapterHandle``; the engine's own slots are
-tracked to tell L1 from L2. The four-tier cache manager replaces it behind the same
-``Placement.place`` call.
+This is the simple path: land the version from the registry (L4) in the node's disk tier (L3,
+``cache/disk.py``: verified once against the signed manifest, sealed, and checked against its
+seal on every load), then hand the engine an ``AdapterHandle``; the engine's slots are tracked
+to tell L1 from L2. The four-tier cache manager replaces this behind ``Placement.place``.
 
-Integrity: a version is used only if its manifest's signature verifies under a published key,
-the manifest names exactly the files the registry lists, and every downloaded file's sha256
-matches the manifest. A folder becomes visible (renamed into place) only after all of that.
+A file that fails its seal at L3 is deleted and landed again from L4 (counted). Bytes from
+L4 that fail the signed manifest quarantine the version on this node: it is refused with a
+clear error, counted in ``adapter_integrity_failures_total{tier="L4"}`` and written to the
+audit log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.registry import signing
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
-from apps.registry.validation import sha256_file
+from apps.serving.cache.disk import DiskTier, IntegrityFailure
 from apps.serving.engine import AdapterHandle, Engine
 
 logger = logging.getLogger(__name__)
-VERIFIED_MARK = ".verified"
 
 
 class AdapterIntegrityError(Exception):
-    """A fetched adapter does not match its signed manifest."""
+    """A version failed its integrity check and is quarantined on this node."""
+
+
+class PinLimit(Exception):
+    """Pinning one more version would leave no device slot to rotate."""
 
 
 @dataclass(frozen=True)
@@ -47,60 +48,59 @@ def lora_id_for(resolved: ResolvedVersion) -> int:
     return resolved.version_id
 
 
-def verify_signature(resolved: ResolvedVersion, public_keys: dict[str, str]) -> bool:
-    names = {name: sha for name, sha, _ in resolved.files}
-    return resolved.manifest.get("files") == names and signing.verify_manifest(
-        public_keys, resolved.signing_key_id, resolved.manifest, resolved.signature
-    )
-
-
 class Placement:
-    def __init__(self, *, engine: Engine, store: ObjectStore, root: Path, public_keys) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        store: ObjectStore,
+        root: Path,
+        public_keys,
+        on_integrity_failure=None,
+    ) -> None:
         self.engine = engine
         self.store = store
-        self.root = root
+        self.disk = DiskTier(root)
         self.public_keys = public_keys  # callable -> {key_id: public_key}
+        self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
+        self.quarantined: set[int] = set()
+        self.pinned: set[int] = set()
         self._in_engine: OrderedDict[int, int] = OrderedDict()  # lora_id -> bytes, LRU order
         self._inflight: dict[int, asyncio.Future] = {}
 
-    def folder(self, resolved: ResolvedVersion) -> Path:
-        tenant, adapter, version, revision = resolved.cache_key
-        return self.root / f"t{tenant}" / adapter / f"{version}@{revision}"
-
-    def _fetch_verified(self, resolved: ResolvedVersion) -> Path:
-        """Download into a temp folder, check every hash, then rename into place (blocking)."""
-        final = self.folder(resolved)
-        if (final / VERIFIED_MARK).exists():
-            return final
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=final.parent))
+    def to_disk(self, resolved: ResolvedVersion) -> str:
+        """L3 if the sealed copy checks out, else land it from L4 (blocking). Returns the tier."""
+        if self.disk.has(resolved):
+            try:
+                self.disk.check(resolved)
+                return "L3"
+            except IntegrityFailure as exc:
+                logger.warning("replacing a corrupt disk copy: %s", exc)
+                self.disk.evict(resolved)
+                if self.on_integrity_failure:
+                    self.on_integrity_failure(resolved, "L3", str(exc))
         try:
-            for name, sha, _ in resolved.files:
-                dest = tmp / name
-                self.store.download(f"{resolved.storage_prefix}/{name}", dest)
-                if sha256_file(dest) != sha:
-                    raise AdapterIntegrityError(
-                        f"{resolved.label}: {name} does not match its signed sha256"
-                    )
-            (tmp / VERIFIED_MARK).write_text(resolved.manifest.get("version", ""))
-            if final.exists():
-                shutil.rmtree(final)
-            tmp.rename(final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        return final
+            self.disk.land(resolved, self.store, self.public_keys())
+        except IntegrityFailure as exc:
+            self.quarantined.add(resolved.version_id)
+            if self.on_integrity_failure:
+                self.on_integrity_failure(resolved, "L4", str(exc))
+            raise AdapterIntegrityError(str(exc)) from None
+        return "L4"
 
     async def place(self, resolved: ResolvedVersion) -> Placed:
         """Make the version usable by the engine; concurrent calls share one fetch and load."""
         lora_id = lora_id_for(resolved)
+        if resolved.version_id in self.quarantined:
+            raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
         handle = AdapterHandle(
             lora_id=lora_id,
             name=f"{resolved.tenant_slug}/{resolved.label}",
-            path=self.folder(resolved),
+            path=self.disk.folder(resolved),
         )
         if lora_id in self._in_engine:
             recent = list(self._in_engine)[-self.engine.settings.max_loras :]
-            tier = "L1" if lora_id in recent else "L2"
+            tier = "L1" if lora_id in recent or lora_id in self.pinned else "L2"
             self._in_engine.move_to_end(lora_id)
             return Placed(handle, tier, 0.0)
         pending = self._inflight.get(lora_id)
@@ -111,20 +111,14 @@ class Placement:
         self._inflight[lora_id] = future
         try:
             started = time.perf_counter()
-            on_disk = (handle.path / VERIFIED_MARK).exists()
-            if not verify_signature(resolved, await asyncio.to_thread(self.public_keys)):
-                raise AdapterIntegrityError(
-                    f"{resolved.label}: the manifest signature does not verify"
-                )
-            await asyncio.to_thread(self._fetch_verified, resolved)
+            tier = await asyncio.to_thread(self.to_disk, resolved)
             await self.engine.add_adapter(handle)
             self._in_engine[lora_id] = sum(size for _, _, size in resolved.files)
             while len(self._in_engine) > self.engine.settings.max_cpu_loras:
-                # vLLM's host cache drops its least recently used adapter here; mirror it.
-                self._in_engine.popitem(last=False)
-            placed = Placed(
-                handle, "L3" if on_disk else "L4", (time.perf_counter() - started) * 1000
-            )
+                # vLLM's host cache drops its least recently used unpinned adapter; mirror it.
+                oldest = next(i for i in self._in_engine if i not in self.pinned)
+                self._in_engine.pop(oldest)
+            placed = Placed(handle, tier, (time.perf_counter() - started) * 1000)
             future.set_result(placed)
             return placed
         except BaseException as exc:
@@ -134,9 +128,53 @@ class Placement:
         finally:
             self._inflight.pop(lora_id, None)
 
+    async def pin(self, resolved: ResolvedVersion) -> Placed:
+        """Keep a version in the engine's device slots (L1).
+
+        At most ``max_loras - 1`` versions are pinned, so one slot always rotates: with every
+        slot pinned, vLLM kills its engine core on the next request for another adapter.
+        """
+        placed = await self.place(resolved)
+        lora_id = placed.handle.lora_id
+        if lora_id in self.pinned:
+            return placed
+        limit = self.engine.settings.max_loras - 1
+        if len(self.pinned) >= limit:
+            raise PinLimit(
+                f"{len(self.pinned)} versions are pinned, the most this node allows "
+                f"(max_loras - 1 = {limit}); evict one from L1 first"
+            )
+        await self.engine.pin_adapter(lora_id)
+        self.pinned.add(lora_id)
+        return Placed(placed.handle, "L1", placed.load_ms)
+
+    async def remove(self, lora_id: int) -> bool:
+        """Take a version out of the engine (L1 and L2); its disk copy stays."""
+        self.pinned.discard(lora_id)
+        self._in_engine.pop(lora_id, None)
+        return await self.engine.remove_adapter(lora_id)
+
+    def residents(self) -> dict[str, list[dict]]:
+        recent = set(list(self._in_engine)[-self.engine.settings.max_loras :])
+        engine_rows = [
+            {
+                "version_id": lora_id,
+                "size_bytes": size,
+                "pinned": lora_id in self.pinned,
+                "recency_rank": rank,
+            }
+            for rank, (lora_id, size) in enumerate(reversed(self._in_engine.items()))
+        ]
+        return {
+            "L1": [r for r in engine_rows if r["pinned"] or r["version_id"] in recent],
+            "L2": [r for r in engine_rows if not (r["pinned"] or r["version_id"] in recent)],
+            "L3": self.disk.listing(),
+        }
+
     def forget_engine(self) -> None:
         """After an engine restart: nothing is in its slots any more (disk copies remain)."""
         self._in_engine.clear()
+        self.pinned.clear()
 
     def hot_bytes(self) -> int:
         return sum(list(self._in_engine.values())[-self.engine.settings.max_loras :])

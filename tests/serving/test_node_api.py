@@ -16,6 +16,7 @@ from apps.serving import demo_corpus as corpus
 from apps.serving.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
+from tests.conftest import NODE_INTERNAL_TOKEN
 from tests.helpers import publish
 
 pytestmark = pytest.mark.engine
@@ -312,6 +313,97 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     from apps.serving.models import RequestMinute
 
     assert RequestMinute.objects.filter(tenant=tenant_a, alias="support").exists()
+
+
+def internal(world, path, body=None, token=NODE_INTERNAL_TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if body is None:
+        return httpx.get(f"{world['url']}/internal/{path}", headers=headers, timeout=60)
+    return httpx.post(f"{world['url']}/internal/{path}", json=body, headers=headers, timeout=60)
+
+
+def test_the_internal_api_needs_its_token_and_names_versions_not_paths(world):
+    assert internal(world, "cache", token=None).status_code == 401
+    assert internal(world, "cache", token="guess").status_code == 401
+    refused = internal(world, "warm", {"path": "/etc/passwd", "tier": "L3"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "no_target"
+    assert internal(world, "warm", {"version_id": 10**9, "tier": "L3"}).status_code == 404
+
+
+def test_a_corrupted_disk_copy_is_detected_and_fetched_again(world, node_work, tenant_a):
+    v2 = world["versions"]["v2"]
+    warmed = internal(world, "warm", {"version_id": v2, "tier": "L3"})
+    assert warmed.status_code == 200, warmed.text
+    weights = next(
+        (node_work / "cache").glob(f"t{tenant_a.id}/support/v2@r1/adapter_model.safetensors")
+    )
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    before = _metric(world["url"], "adapter_integrity_failures_total", tier="L3")
+    assert (
+        world["control"]
+        .put("/api/aliases/support", {"version_id": v2}, content_type="application/json")
+        .status_code
+        == 200
+    )
+    serves_within(world["a"], V2)
+    _, headers = complete(world["a"])
+    assert headers["x-lorahub-adapter"] == "support@v2"
+    assert _metric(world["url"], "adapter_integrity_failures_total", tier="L3") == before + 1
+    assert weights.read_bytes() != bytes(data)  # replaced by a verified copy
+
+
+def test_a_tampered_registry_object_quarantines_the_version(world, tenant_a):
+    from apps.registry.storage import get_store
+    from apps.tenants.models import AuditEvent
+
+    v3 = AdapterVersion.objects.get(pk=world["versions"]["v3"])
+    store = get_store()
+    key = f"{v3.storage_prefix}/adapter_model.safetensors"
+    data = bytearray(store.get(key))
+    data[-1] ^= 0x01
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=bytes(data))  # an attacker
+    assert (
+        world["control"]
+        .put("/api/aliases/support", {"version_id": v3.pk}, content_type="application/json")
+        .status_code
+        == 200
+    )
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            complete(world["a"])
+        except openai.PermissionDeniedError as refused:
+            assert refused.response.json()["error"]["code"] == "quarantined"
+            break
+        assert time.monotonic() < deadline, "the tampered version was served"
+    assert _metric(world["url"], "adapter_integrity_failures_total", tier="L4") >= 1
+    assert AuditEvent.objects.filter(action="version.quarantine", object_id=str(v3.pk)).exists()
+    assert v3.pk in internal(world, "cache").json()["quarantined"]
+
+
+def test_pinning_keeps_one_device_slot_free_for_rotation(world):
+    v1, v2 = world["versions"]["v1"], world["versions"]["v2"]
+    first = internal(world, "warm", {"version_id": v1, "tier": "L1"})
+    assert first.status_code == 200, first.text
+    second = internal(world, "warm", {"version_id": v2, "tier": "L1"})
+    assert second.status_code == 409
+    assert "max_loras - 1 = 1" in second.json()["error"]["message"]
+    tiers = internal(world, "cache").json()["tiers"]
+    assert [r["version_id"] for r in tiers["L1"] if r["pinned"]] == [v1]
+    # requests for other adapters still rotate through the free slot
+    assert (
+        world["control"]
+        .put("/api/aliases/support", {"version_id": v2}, content_type="application/json")
+        .status_code
+        == 200
+    )
+    serves_within(world["a"], V2)
+    unpinned = internal(world, "evict", {"version_id": v1, "tier": "L1"})
+    assert unpinned.status_code == 200
+    assert not any(r["pinned"] for r in internal(world, "cache").json()["tiers"]["L1"])
 
 
 def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):

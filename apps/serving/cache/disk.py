@@ -1,0 +1,210 @@
+"""L3, the node-local disk tier: one folder per immutable adapter version.
+
+Integrity, in two steps, so that the check on every load stays cheap:
+
+1. **Landing** (once per version per node): download into a temporary folder, check every
+   file's sha256 against the manifest, check the manifest's Ed25519 signature, fsync, write a
+   *seal* (per file: size, mtime, inode and a BLAKE3 digest), and rename the folder into place.
+   Only a complete, verified folder is ever visible under its final name.
+2. **Loading** (every L3→L2 load): the file's size, mtime and inode must match the seal, and
+   its BLAKE3 digest must match. BLAKE3 runs several times faster than sha256 and in parallel,
+   so the check costs about as much as reading the bytes once.
+
+Why this is still safe: the sha256 + signature check binds the bytes to what a reviewer
+approved; the seal binds the bytes on this disk to the ones that passed that check. Changing a
+byte later breaks the BLAKE3 digest (a 256-bit cryptographic hash, like sha256); a file that is
+replaced or rewritten also breaks the stat fields. Either way the folder is deleted and fetched
+again from the registry. At start-up the tier rebuilds its index from disk by re-running the
+full sha256 + signature check on every folder (the seal alone is not trusted across restarts).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+
+from apps.registry import signing
+from apps.registry.aliases import ResolvedVersion
+from apps.registry.storage import ObjectStore
+from apps.registry.validation import sha256_file
+
+logger = logging.getLogger(__name__)
+SEAL = ".seal.json"
+MANIFEST = ".manifest.json"
+CHUNK = 1024 * 1024
+
+
+class IntegrityFailure(Exception):
+    """Bytes do not match their signed manifest (at landing) or their seal (at loading)."""
+
+
+def _blake3(path: Path) -> str:
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    hasher.update_mmap(path)
+    return hasher.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def verify_manifest(resolved: ResolvedVersion, public_keys: dict[str, str]) -> None:
+    names = {name: sha for name, sha, _ in resolved.files}
+    if resolved.manifest.get("files") != names:
+        raise IntegrityFailure(f"{resolved.label}: the file list does not match the manifest")
+    if not signing.verify_manifest(
+        public_keys, resolved.signing_key_id, resolved.manifest, resolved.signature
+    ):
+        raise IntegrityFailure(f"{resolved.label}: the manifest signature does not verify")
+
+
+@dataclass(frozen=True)
+class Landed:
+    path: Path
+    size_bytes: int
+
+
+class DiskTier:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def folder(self, resolved: ResolvedVersion) -> Path:
+        tenant, adapter, version, revision = resolved.cache_key
+        return self.root / f"t{tenant}" / adapter / f"{version}@{revision}"
+
+    def has(self, resolved: ResolvedVersion) -> bool:
+        return (self.folder(resolved) / SEAL).exists()
+
+    def land(
+        self, resolved: ResolvedVersion, store: ObjectStore, public_keys: dict[str, str]
+    ) -> Landed:
+        """Fetch from the registry, verify fully, seal, and rename into place (blocking).
+
+        Raises IntegrityFailure if the registry's bytes do not match the signed manifest.
+        """
+        verify_manifest(resolved, public_keys)
+        final = self.folder(resolved)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".landing-", dir=final.parent))
+        try:
+            seal = {}
+            for name, sha, _ in resolved.files:
+                dest = tmp / name
+                store.download(f"{resolved.storage_prefix}/{name}", dest)
+                with dest.open("rb") as fh:
+                    os.fsync(fh.fileno())
+                if sha256_file(dest) != sha:
+                    raise IntegrityFailure(
+                        f"{resolved.label}: {name} from the registry does not match its signed "
+                        "sha256"
+                    )
+                seal[name] = {"blake3": _blake3(dest)}
+            (tmp / MANIFEST).write_text(
+                json.dumps(
+                    {
+                        "manifest": resolved.manifest,
+                        "signature": resolved.signature,
+                        "signing_key_id": resolved.signing_key_id,
+                    }
+                )
+            )
+            _fsync_dir(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
+            for name in seal:  # stat after the rename: the inode and mtime are final now
+                st = (final / name).stat()
+                seal[name].update(size=st.st_size, mtime_ns=st.st_mtime_ns, ino=st.st_ino)
+            (final / SEAL).write_text(json.dumps(seal))
+            _fsync_dir(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return Landed(final, sum(size for _, _, size in resolved.files))
+
+    def check(self, resolved: ResolvedVersion) -> Path:
+        """The sealed-file check done on every load. Raises IntegrityFailure on any mismatch."""
+        folder = self.folder(resolved)
+        try:
+            seal = json.loads((folder / SEAL).read_text())
+        except (OSError, ValueError):
+            raise IntegrityFailure(f"{resolved.label}: no valid seal on disk") from None
+        if set(seal) != {name for name, _, _ in resolved.files}:
+            raise IntegrityFailure(f"{resolved.label}: sealed files differ from the manifest")
+        for name, meta in seal.items():
+            path = folder / name
+            try:
+                st = path.stat()
+            except OSError:
+                raise IntegrityFailure(f"{resolved.label}: {name} is missing") from None
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != (
+                meta["size"],
+                meta["mtime_ns"],
+                meta["ino"],
+            ):
+                raise IntegrityFailure(f"{resolved.label}: {name} changed on disk")
+            if _blake3(path) != meta["blake3"]:
+                raise IntegrityFailure(f"{resolved.label}: {name} does not match its seal")
+        return folder
+
+    def evict(self, resolved: ResolvedVersion) -> None:
+        shutil.rmtree(self.folder(resolved), ignore_errors=True)
+
+    def listing(self) -> list[dict]:
+        """Every landed version folder with its size and last modification."""
+        rows = []
+        for seal in sorted(self.root.glob("t*/*/*/" + SEAL)):
+            folder = seal.parent
+            files = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
+            rows.append(
+                {
+                    "folder": folder.relative_to(self.root).as_posix(),
+                    "size_bytes": sum(p.stat().st_size for p in files),
+                    "landed_at": seal.stat().st_mtime,
+                }
+            )
+        return rows
+
+    def usage_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+
+    def rebuild(self, public_keys: dict[str, str]) -> list[Path]:
+        """At start: keep only folders whose files pass the full sha256 + signature check.
+
+        Half-landed temporary folders and anything that fails are deleted. Returns the
+        folders kept.
+        """
+        kept = []
+        for folder in sorted(self.root.glob("t*/*/*")):
+            if folder.name.startswith(".landing-"):
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            try:
+                record = json.loads((folder / MANIFEST).read_text())
+                manifest = record["manifest"]
+                if not signing.verify_manifest(
+                    public_keys, record["signing_key_id"], manifest, record["signature"]
+                ):
+                    raise IntegrityFailure("signature")
+                for name, sha in manifest["files"].items():
+                    if sha256_file(folder / name) != sha:
+                        raise IntegrityFailure(name)
+                if not (folder / SEAL).exists():
+                    raise IntegrityFailure("unsealed")
+            except (OSError, ValueError, KeyError, IntegrityFailure) as exc:
+                logger.warning("dropping %s from the disk cache: %s", folder, exc)
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            kept.append(folder)
+        return kept

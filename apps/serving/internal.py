@@ -1,0 +1,169 @@
+"""The node's internal control API: warm, evict, inspect. Not for tenants.
+
+Off unless ``LORAHUB_INTERNAL_TOKEN`` is set (every path then answers 404, as if absent), and
+then only for callers that send ``Authorization: Bearer <that token>``. Callers name versions
+by id or a tenant's alias, never by path: the same checks as for a request apply (servable,
+signature, base revision) before anything is fetched or loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from apps.registry.aliases import ResolvedVersion, load_version
+from apps.serving import openai_api as oai
+from apps.serving.placement import AdapterIntegrityError, PinLimit
+from apps.tenants.models import Tenant
+
+if TYPE_CHECKING:
+    from apps.serving.inference import Inference
+
+TIERS = ("L1", "L2", "L3")
+
+
+class InternalApi:
+    def __init__(self, inference: Inference) -> None:
+        self.inference = inference
+        self.node = inference.node
+
+    def _check(self, request: Request) -> None:
+        token = settings.LORAHUB_INTERNAL_TOKEN
+        if not token:
+            raise oai.ApiError(404, "not found", code="not_found")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+            raise oai.ApiError(
+                401,
+                "the internal API needs the node's internal token",
+                type_="authentication_error",
+                code="invalid_internal_token",
+            )
+
+    async def _body(self, request: Request) -> dict:
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except json.JSONDecodeError:
+            raise oai.ApiError(400, "the body is not valid JSON", code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise oai.ApiError(400, "the body must be a JSON object", code="invalid_json")
+        tier = body.get("tier", "L3")
+        if tier not in TIERS:
+            raise oai.ApiError(400, f"tier must be one of {', '.join(TIERS)}", code="bad_tier")
+        return body
+
+    async def _target(self, body: dict) -> ResolvedVersion:
+        if "version_id" in body:
+            if not isinstance(body["version_id"], int):
+                raise oai.ApiError(400, "version_id must be an integer", code="bad_version")
+            resolved = await asyncio.to_thread(load_version, body["version_id"])
+            if resolved is None:
+                raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
+        elif "alias" in body and "tenant" in body:
+            tenant = await asyncio.to_thread(
+                lambda: Tenant.objects.filter(slug=str(body["tenant"])).first()
+            )
+            snapshot = tenant and await asyncio.to_thread(
+                self.node.directory.alias, tenant.id, str(body["alias"])
+            )
+            if not snapshot:
+                raise oai.ApiError(
+                    404,
+                    f"no alias '{body['alias']}' of tenant '{body['tenant']}'",
+                    code="not_found",
+                )
+            resolved = snapshot.stable
+        else:
+            raise oai.ApiError(
+                400, "name a version_id, or an alias with its tenant", code="no_target"
+            )
+        self.inference.admit(resolved)
+        if not await self.node.signature_ok(resolved):
+            raise oai.ApiError(
+                403, f"{resolved.label}'s signature does not verify", code="signature_invalid"
+            )
+        return resolved
+
+    async def warm(self, request: Request) -> Response:
+        try:
+            self._check(request)
+            body = await self._body(request)
+            resolved = await self._target(body)
+            placement = self.node.placement
+            if body.get("tier", "L3") == "L3":
+                found = await asyncio.to_thread(placement.to_disk, resolved)
+                return JSONResponse({"version": resolved.label, "tier": "L3", "was_in": found})
+            if not self.node.engine.is_ready:
+                raise oai.ApiError(
+                    503, "the engine is not ready", code="engine_unavailable", retry_after=5
+                )
+            placed = (
+                await placement.pin(resolved)
+                if body["tier"] == "L1"
+                else await placement.place(resolved)
+            )
+            return JSONResponse(
+                {
+                    "version": resolved.label,
+                    "tier": body["tier"],
+                    "was_in": placed.tier,
+                    "load_ms": round(placed.load_ms, 2),
+                }
+            )
+        except PinLimit as exc:
+            return self._error(oai.ApiError(409, str(exc), code="pin_limit"))
+        except AdapterIntegrityError as exc:
+            return self._error(oai.ApiError(403, str(exc), code="quarantined"))
+        except oai.ApiError as exc:
+            return self._error(exc)
+
+    async def evict(self, request: Request) -> Response:
+        try:
+            self._check(request)
+            body = await self._body(request)
+            if not isinstance(body.get("version_id"), int):
+                raise oai.ApiError(400, "name the version_id to evict", code="no_target")
+            resolved = await asyncio.to_thread(load_version, body["version_id"])
+            if resolved is None:
+                raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
+            placement, tier = self.node.placement, body.get("tier", "L3")
+            lora_id = resolved.version_id
+            if tier == "L1":  # vLLM cannot unpin: take it out and put it back unpinned
+                if lora_id in placement.pinned:
+                    await placement.remove(lora_id)
+                    await placement.place(resolved)
+            else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node
+                await placement.remove(lora_id)
+                if tier == "L3":
+                    await asyncio.to_thread(placement.disk.evict, resolved)
+            self.node.metrics.evictions.labels(tier=tier).inc()
+            return JSONResponse({"version": resolved.label, "evicted_from": tier})
+        except oai.ApiError as exc:
+            return self._error(exc)
+
+    async def cache(self, request: Request) -> Response:
+        try:
+            self._check(request)
+        except oai.ApiError as exc:
+            return self._error(exc)
+        return JSONResponse(
+            {
+                "limits": {
+                    "max_loras": self.node.engine.settings.max_loras,
+                    "max_cpu_loras": self.node.engine.settings.max_cpu_loras,
+                },
+                "tiers": self.node.placement.residents(),
+                "quarantined": sorted(self.node.placement.quarantined),
+            }
+        )
+
+    @staticmethod
+    def _error(exc: oai.ApiError) -> Response:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)

@@ -1,0 +1,127 @@
+"""L3, the node's disk tier: land once with the full check, then a sealed check on each load."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from apps.registry import signing
+from apps.registry.aliases import ResolvedVersion
+from apps.registry.storage import LocalStore
+from apps.registry.validation import sha256_file
+from apps.serving.cache.disk import DiskTier, IntegrityFailure
+
+
+@pytest.fixture
+def key():
+    return signing.load_private_key(signing.generate_private_key_pem())
+
+
+@pytest.fixture
+def setup(tmp_path, demo_dir, key):
+    """A registry (local store) holding support-v1, and its signed ResolvedVersion."""
+    store = LocalStore(tmp_path / "registry")
+    prefix = "tenants/t/adapters/support/v1"
+    files = []
+    for path in sorted((demo_dir / "adapters" / "support-v1").iterdir()):
+        store.put(f"{prefix}/{path.name}", path.read_bytes())
+        files.append((path.name, sha256_file(path), path.stat().st_size))
+    manifest = {
+        "tenant": "t",
+        "adapter_id": "support",
+        "version": "v1",
+        "base_model": "lorahub-demo-tiny",
+        "base_model_revision": "r1",
+        "rank": 8,
+        "files": {name: sha for name, sha, _ in files},
+    }
+    public = signing.public_key_b64(key)
+    resolved = ResolvedVersion(
+        tenant_id=1,
+        tenant_slug="t",
+        alias="support",
+        adapter_id="support",
+        version_id=7,
+        version="v1",
+        base_model="lorahub-demo-tiny",
+        base_model_revision="r1",
+        rank=8,
+        storage_prefix=prefix,
+        files=tuple(files),
+        manifest=manifest,
+        signature=signing.sign_manifest(key, manifest),
+        signing_key_id=signing.key_id(public),
+        is_canary=False,
+    )
+    return store, resolved, {signing.key_id(public): public}, DiskTier(tmp_path / "disk")
+
+
+def test_a_landed_version_passes_its_sealed_check(setup):
+    store, resolved, keys, disk = setup
+    assert not disk.has(resolved)
+    landed = disk.land(resolved, store, keys)
+    assert disk.has(resolved)
+    assert disk.check(resolved) == landed.path
+    assert landed.size_bytes == sum(size for _, _, size in resolved.files)
+
+
+def test_one_flipped_byte_on_disk_fails_the_check(setup):
+    store, resolved, keys, disk = setup
+    path = disk.land(resolved, store, keys).path / "adapter_model.safetensors"
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with mtime restored
+    with pytest.raises(IntegrityFailure, match="does not match its seal"):
+        disk.check(resolved)
+
+
+def test_a_replaced_file_fails_the_stat_check(setup):
+    store, resolved, keys, disk = setup
+    folder = disk.land(resolved, store, keys).path
+    config = folder / "adapter_config.json"
+    content = config.read_bytes()
+    config.unlink()
+    config.write_bytes(content)  # same bytes, new inode
+    with pytest.raises(IntegrityFailure, match="changed on disk"):
+        disk.check(resolved)
+
+
+def test_registry_bytes_that_do_not_match_the_signed_manifest_never_land(setup, tmp_path):
+    store, resolved, keys, disk = setup
+    target = store.root / resolved.storage_prefix / "adapter_model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[100] ^= 0xFF
+    target.write_bytes(bytes(data))  # tampered at rest, behind the store's back
+    with pytest.raises(IntegrityFailure, match="does not match its signed sha256"):
+        disk.land(resolved, store, keys)
+    assert not disk.has(resolved)
+    assert not disk.folder(resolved).exists()
+    assert list(disk.folder(resolved).parent.glob(".landing-*")) == []
+
+
+def test_a_forged_manifest_is_refused_before_any_download(setup):
+    store, resolved, keys, disk = setup
+    from dataclasses import replace
+
+    forged = replace(resolved, manifest={**resolved.manifest, "rank": 16})
+    with pytest.raises(IntegrityFailure, match="signature does not verify"):
+        disk.land(forged, store, keys)
+
+
+def test_rebuild_keeps_verified_folders_and_drops_corrupt_or_half_landed_ones(setup):
+    store, resolved, keys, disk = setup
+    from dataclasses import replace
+
+    good = disk.land(resolved, store, keys).path
+    other = replace(resolved, tenant_id=2)  # another cache key, same signed bytes
+    bad = disk.land(other, store, keys).path
+    (bad / "adapter_config.json").write_text("{}")
+    half = good.parent / ".landing-abc"
+    half.mkdir()
+    kept = disk.rebuild(keys)
+    assert kept == [good]
+    assert not bad.exists() and not half.exists()
+    assert disk.check(resolved) == good
