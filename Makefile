@@ -27,6 +27,7 @@ test: $(STAMP) services
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m mypy
 
 demo: $(STAMP)
 	$(PY) manage.py build_demo_assets

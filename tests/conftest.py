@@ -207,7 +207,7 @@ def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir
 # --- Celery worker ---------------------------------------------------------------------------
 
 
-def test_database_url() -> str:
+def child_database_url() -> str:
     """The URL of the test database, for processes the tests start (worker, node)."""
     from django.db import connection
 
@@ -226,7 +226,7 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
     if not broker.startswith("redis://"):
         pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
     redis.Redis.from_url(broker).flushdb()
-    database_url = test_database_url()
+    database_url = child_database_url()
     name = f"test-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
     env = {
         **os.environ,
@@ -351,7 +351,7 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     port = free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": child_database_url(),
         "LORAHUB_S3_ENDPOINT": s3_server,
         **S3_ENV,
         "LORAHUB_CACHE_CONFIG": str(config),

@@ -57,7 +57,7 @@ DEMO_ADAPTERS = (
     AdapterSpec("legal-v1", 8, ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
 )
 
-MODEL_SHAPE = {
+MODEL_SHAPE: dict[str, Any] = {
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_hidden_layers": 2,

@@ -108,7 +108,8 @@ class Directory:
         with self._lock:
             self._generation += 1
             if kind == "alias":
-                self._aliases.pop((change.get("tenant_id"), change.get("name")), None)
+                key = (int(change.get("tenant_id") or 0), str(change.get("name")))
+                self._aliases.pop(key, None)
             elif kind in ("api_key", "quota"):
                 self._callers.clear()
             else:

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,11 +140,14 @@ class Engine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         s = self.settings
+        # vLLM types dtype and max_lora_rank as Literals; the cache config validated them.
+        dtype: Any = s.dtype
+        max_lora_rank: Any = s.max_lora_rank
         args = AsyncEngineArgs(
             model=str(s.model_dir),
             tokenizer=str(s.model_dir),
             served_model_name=[s.served_model_name],
-            dtype=s.dtype,
+            dtype=dtype,
             max_model_len=s.max_model_len,
             kv_cache_memory_bytes=s.kv_cache_bytes,
             max_num_seqs=s.max_num_seqs,
@@ -152,7 +155,7 @@ class Engine:
             enable_lora=True,
             max_loras=s.max_loras,
             max_cpu_loras=s.max_cpu_loras,
-            max_lora_rank=s.max_lora_rank,
+            max_lora_rank=max_lora_rank,
             enable_prefix_caching=False,
             disable_log_stats=True,
         )
@@ -236,7 +239,7 @@ class Engine:
         *,
         adapter: AdapterHandle | None = None,
         request_id: str | None = None,
-    ) -> AsyncIterator[Delta]:
+    ) -> AsyncGenerator[Delta, None]:
         """Yield deltas as vLLM produces them. Closing the iterator aborts the request."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind

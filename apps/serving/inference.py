@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -308,7 +308,7 @@ class Inference:
         trace.completion_tokens += len(delta.token_ids)
         trace.prompt_tokens = delta.prompt_tokens or trace.prompt_tokens
 
-    async def _collect(self, request: Request, deltas: AsyncIterator, trace: Trace):
+    async def _collect(self, request: Request, deltas: AsyncGenerator, trace: Trace):
         """Drain the generation; abort it in vLLM if the client goes away meanwhile."""
         pieces: list[str] = []
         finish = None
@@ -332,7 +332,7 @@ class Inference:
         return "".join(pieces), finish
 
     async def _sse(
-        self, deltas: AsyncIterator, trace: Trace, rid: str, model: str, chat: bool
+        self, deltas: AsyncGenerator, trace: Trace, rid: str, model: str, chat: bool
     ) -> AsyncIterator[bytes]:
         status = 200
         try:

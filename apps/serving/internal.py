@@ -69,10 +69,12 @@ class InternalApi:
             tenant = await asyncio.to_thread(
                 lambda: Tenant.objects.filter(slug=str(body["tenant"])).first()
             )
-            snapshot = tenant and await asyncio.to_thread(
-                self.node.directory.alias, tenant.id, str(body["alias"])
-            )
-            if not snapshot:
+            snapshot = None
+            if tenant is not None:
+                snapshot = await asyncio.to_thread(
+                    self.node.directory.alias, tenant.id, str(body["alias"])
+                )
+            if snapshot is None:
                 raise oai.ApiError(
                     404,
                     f"no alias '{body['alias']}' of tenant '{body['tenant']}'",

@@ -140,6 +140,11 @@ class Node:
                 lambda: self.placement.disk.rebuild(keys.published_public_keys())
             )
             logger.info("disk cache: %d verified version folders kept", len(kept))
+        except Exception:
+            # Without the registry's keys nothing on disk can be trusted: start empty.
+            logger.exception("could not re-verify the disk cache; clearing it")
+            await asyncio.to_thread(self.placement.disk.clear)
+        try:
             await asyncio.to_thread(self.engine.start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
@@ -22,7 +22,7 @@ from apps.tenants.models import ApiKey, Membership, Tenant
 
 @dataclass(frozen=True)
 class Principal:
-    user: AbstractBaseUser | None
+    user: User | None
     api_key: ApiKey | None
     tenant_ids: frozenset[int]
     admin_tenant_ids: frozenset[int]
@@ -68,7 +68,7 @@ class Principal:
             raise Forbidden("only a reviewer may do this")
 
 
-def principal_for_user(user: AbstractBaseUser) -> Principal:
+def principal_for_user(user: User) -> Principal:
     memberships = list(Membership.objects.filter(user=user).values_list("tenant_id", "role"))
     return Principal(
         user=user,

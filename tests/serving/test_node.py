@@ -10,12 +10,14 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port, stop, wait_for_port
+from tests.conftest import ROOT, free_port, stop, child_database_url, wait_for_port
 
 pytestmark = pytest.mark.engine
 
 
-def test_node_reports_503_while_starting_then_the_model_and_lora_limits(demo_dir):
+def test_node_reports_503_while_starting_then_the_model_and_lora_limits(
+    demo_dir, django_db_setup, tmp_path
+):
     from django.conf import settings
 
     from lorahub.cacheconfig import load_cache_config
@@ -25,7 +27,11 @@ def test_node_reports_503_while_starting_then_the_model_and_lora_limits(demo_dir
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runnode", "--port", str(port)],
         cwd=ROOT,
-        env=os.environ.copy(),
+        env={
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "LORAHUB_NODE_CACHE_DIR": str(tmp_path / "cache"),
+        },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -27,6 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import blake3
 
@@ -99,7 +100,7 @@ class DiskTier:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".landing-", dir=final.parent))
         try:
-            seal = {}
+            seal: dict[str, dict[str, Any]] = {}
             for name, sha, _ in resolved.files:
                 dest = tmp / name
                 store.download(f"{resolved.storage_prefix}/{name}", dest)
@@ -157,6 +158,10 @@ class DiskTier:
             if _blake3(path) != meta["blake3"]:
                 raise IntegrityFailure(f"{resolved.label}: {name} does not match its seal")
         return folder
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def evict(self, resolved: ResolvedVersion) -> None:
         shutil.rmtree(self.folder(resolved), ignore_errors=True)
