@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port, stop, child_database_url, wait_for_port
+from tests.conftest import ROOT, child_database_url, free_port, stop, wait_for_port
 
 pytestmark = pytest.mark.engine
 
