@@ -168,3 +168,12 @@ def test_a_burst_cannot_push_another_tenant_below_its_guaranteed_share():
     assert "b0" in names  # above its share: may go
     assert "b1" not in names  # its last guaranteed slot stays
     assert len(names) == 3  # the rest of the room comes from tenant 1's own adapters
+
+
+def test_normalised_weighted_selection_keeps_the_keeper_among_many():
+    """Through select_victims the factors are scaled to the candidates; the rule still holds."""
+    keeper = resident("keeper", idle_s=300, **KEEPER)
+    goer = resident("goer", idle_s=30, **GOER)
+    others = [resident(f"o{i}", idle_s=60 + i, hits=10, size_mb=30, cost_ms=200) for i in range(6)]
+    victims = select_victims([keeper, goer, *others], policy=Weighted(), now=NOW, capacity=8)
+    assert [v.key[0] for v in victims] == ["goer"]

@@ -91,20 +91,56 @@ class Weights:
     pressure_idle_boost: float = 1.0  # idle weight x (1 + boost * pressure), pressure in [0, 1]
 
 
+@dataclass(frozen=True)
+class Scales:
+    """Typical magnitudes of each factor among the candidates (1.0 = raw units)."""
+
+    idle_minutes: float = 1.0
+    memory_mb: float = 1.0
+    hits: float = 1.0
+    reload_ms: float = 1.0
+
+
 @dataclass
 class Weighted:
+    """The seed's formula over *normalised* factors.
+
+    Raw units make the weights meaningless (megabytes and milliseconds swamp minutes and
+    hits: a replay of the Azure trace with raw units kept large, costly, idle adapters and
+    lost a third of LRU's hit rate). So each factor is divided by its mean over the current
+    candidates, set by ``prepare``; ``select_victims`` calls it. Without ``prepare`` the
+    factors are in raw units, exactly the seed's formula.
+    """
+
     weights: Weights = field(default_factory=Weights)
     name: str = "weighted"
+    scales: Scales = field(default_factory=Scales)
+
+    def prepare(self, residents: list[Resident], now: float) -> None:
+        if not residents:
+            return
+        n = len(residents)
+
+        def mean(values) -> float:
+            return max(sum(values) / n, 1e-9)
+
+        self.scales = Scales(
+            idle_minutes=mean((now - r.last_used) / 60.0 for r in residents),
+            memory_mb=mean(r.size_bytes / 1048576 for r in residents),
+            hits=mean(r.decayed_hits(now) for r in residents),
+            reload_ms=mean(r.reload_cost_ms for r in residents),
+        )
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
-        w = self.weights
+        w, s = self.weights, self.scales
         idle_minutes = (now - resident.last_used) / 60.0
+        boost = 1.0 + w.pressure_idle_boost * min(max(pressure, 0.0), 1.0)
         score = (
-            idle_minutes * w.idle * (1.0 + w.pressure_idle_boost * min(max(pressure, 0.0), 1.0))
-            + resident.size_bytes / 1048576 * w.memory
-            - resident.decayed_hits(now) * w.hits
+            idle_minutes / s.idle_minutes * w.idle * boost
+            + resident.size_bytes / 1048576 / s.memory_mb * w.memory
+            - resident.decayed_hits(now) / s.hits * w.hits
             - resident.tenant_priority * w.priority
-            - resident.reload_cost_ms * w.reload
+            - resident.reload_cost_ms / s.reload_ms * w.reload
         )
         return score + (w.deprecated_bonus if resident.deprecated else 0.0)
 
@@ -182,6 +218,9 @@ def select_victims(
     needed = max(0, slots_needed - max(free, 0))
     if needed == 0:
         return []
+    prepare = getattr(policy, "prepare", None)
+    if prepare is not None:
+        prepare(pool, now)
     ranked = sorted(pool, key=lambda r: policy.score(r, now, pressure), reverse=True)
     counts: dict[int, int] = {}
     for r in everyone:
