@@ -61,6 +61,15 @@ class Trace:
         }
 
 
+async def _prepend(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()
+
+
 class Inference:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -240,9 +249,13 @@ class Inference:
             rid = oai.new_id("chatcmpl" if chat else "cmpl")
             deltas = self.node.engine.stream(prompt, sampling, adapter=handle, request_id=rid)
             if body.stream:
-                slot = False  # the stream releases it when it ends
+                stream = self._sse(deltas, trace, rid, body.model, chat)
+                slot = False  # from here the stream releases it, in its `finally`
+                # Start the stream before answering: a started async generator is closed
+                # (and its `finally` run) even if the client vanishes before the first byte.
+                first = await stream.__anext__()
                 return StreamingResponse(
-                    self._sse(deltas, trace, rid, body.model, chat),
+                    _prepend(first, stream),
                     media_type="text/event-stream",
                     headers=trace.headers(),
                 )
@@ -333,7 +346,7 @@ class Inference:
 
     async def _sse(
         self, deltas: AsyncGenerator, trace: Trace, rid: str, model: str, chat: bool
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         status = 200
         try:
             if chat:

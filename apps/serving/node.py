@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -231,6 +232,15 @@ class Node:
         return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
 
     async def metrics_endpoint(self, request: Request) -> Response:
+        """Metrics name tenants and adapters, so tenants must not read them: with an internal
+        token set, the scraper sends it; without one, only this machine may scrape."""
+        token = settings.LORAHUB_INTERNAL_TOKEN
+        if token:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+                return Response("metrics need the node's internal token\n", status_code=401)
+        elif request.client is None or request.client.host not in ("127.0.0.1", "::1"):
+            return Response("metrics are served to this machine only\n", status_code=403)
         self.metrics.gpu_memory.set(self.placement.hot_bytes() / 1048576)
         self.metrics.in_flight.set(self.engine.requests_in_flight())
         return Response(

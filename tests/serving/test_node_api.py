@@ -274,7 +274,8 @@ def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
 
 def _metric(url: str, name: str, **labels: str) -> float:
     total = 0.0
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+    headers = {"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}
+    for line in httpx.get(f"{url}/metrics", headers=headers).text.splitlines():
         if line.startswith("#") or not line.startswith(name):
             continue
         series, value = line.rsplit(" ", 1)
@@ -301,7 +302,12 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     assert _metric(url, "ttft_by_adapter_count", tenant="tenant-a", adapter="support") >= 3
     assert _metric(url, "adapter_cache_lookups_total", tier="L1") >= 2
     assert _metric(url, "error_rate_by_adapter_total", tenant="tenant-a") >= 1
-    assert "adapter_load_latency_ms_bucket" in httpx.get(f"{url}/metrics").text
+    scrape = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"})
+    assert "adapter_load_latency_ms_bucket" in scrape.text
+    # tenants cannot read other tenants' names and adapters from the metrics
+    assert httpx.get(f"{url}/metrics").status_code == 401
+    as_tenant = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {world['a_key']}"})
+    assert as_tenant.status_code == 401
     deadline = time.monotonic() + 10
     while RequestLog.objects.filter(tenant=tenant_a, alias="support").count() < 3:
         assert time.monotonic() < deadline, "request statistics were not written"
