@@ -181,7 +181,8 @@ class Inference:
         if trace.resolved is None:
             return None
         try:
-            placed: Placed = await self.node.placement.place(trace.resolved)
+            priority = trace.caller.priority if trace.caller else 1
+            placed: Placed = await self.node.placement.place(trace.resolved, priority=priority)
         except AdapterIntegrityError as exc:
             logger.error("refused to load %s: %s", trace.resolved.label, exc)
             raise oai.ApiError(

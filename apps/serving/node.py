@@ -25,6 +25,7 @@ from starlette.routing import Route
 from apps.registry import keys
 from apps.registry.storage import get_store
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
+from apps.serving.cache.policy import make_policy
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
 from apps.serving.inference import Inference
@@ -32,6 +33,7 @@ from apps.serving.internal import InternalApi
 from apps.serving.metrics import NodeMetrics
 from apps.serving.placement import Placement
 from apps.serving.stats import StatsRecorder
+from lorahub.cacheconfig import load_cache_config
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -69,7 +71,13 @@ class Node:
             store=get_store(),
             root=settings.LORAHUB_NODE_CACHE_DIR,
             public_keys=keys.published_public_keys,
+            policy=make_policy(
+                load_cache_config(
+                    settings.LORAHUB_CACHE_CONFIG
+                ).adapter_cache.gpu_hot.eviction_policy
+            ),
             on_integrity_failure=self._integrity_failure,
+            on_evict=lambda tier: self.metrics.evictions.labels(tier=tier).inc(),
         )
         self.rate = RateLimiter()
         self.slots = asyncio.Semaphore(settings.LORAHUB_NODE_MAX_CONCURRENT)

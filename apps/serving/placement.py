@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.serving.cache.disk import DiskTier, IntegrityFailure
+from apps.serving.cache.policy import Policy, Resident, make_policy, select_victims
 from apps.serving.engine import AdapterHandle, Engine
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,9 @@ class Placement:
         store: ObjectStore,
         root: Path,
         public_keys,
+        policy: Policy | None = None,
         on_integrity_failure=None,
+        on_evict=None,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -65,7 +67,9 @@ class Placement:
         self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
         self.quarantined: set[int] = set()
         self.pinned: set[int] = set()
-        self._in_engine: OrderedDict[int, int] = OrderedDict()  # lora_id -> bytes, LRU order
+        self.policy: Policy = policy or make_policy("weighted")
+        self.on_evict = on_evict  # callable(tier)
+        self._residents: dict[int, Resident] = {}  # in the engine (L1 + L2), by LoRA id
         self._inflight: dict[int, asyncio.Future] = {}
 
     def to_disk(self, resolved: ResolvedVersion) -> str:
@@ -88,8 +92,13 @@ class Placement:
             raise AdapterIntegrityError(str(exc)) from None
         return "L4"
 
-    async def place(self, resolved: ResolvedVersion) -> Placed:
-        """Make the version usable by the engine; concurrent calls share one fetch and load."""
+    async def place(self, resolved: ResolvedVersion, *, priority: int = 1) -> Placed:
+        """Make the version usable by the engine; concurrent calls share one fetch and load.
+
+        When the engine's host cache (L2, ``max_cpu_loras``) is full, the eviction policy
+        picks what leaves, and it is removed before the new adapter is added: vLLM's own LRU
+        never decides.
+        """
         lora_id = lora_id_for(resolved)
         if resolved.version_id in self.quarantined:
             raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
@@ -98,10 +107,10 @@ class Placement:
             name=f"{resolved.tenant_slug}/{resolved.label}",
             path=self.disk.folder(resolved),
         )
-        if lora_id in self._in_engine:
-            recent = list(self._in_engine)[-self.engine.settings.max_loras :]
-            tier = "L1" if lora_id in recent or lora_id in self.pinned else "L2"
-            self._in_engine.move_to_end(lora_id)
+        resident = self._residents.get(lora_id)
+        if resident is not None:
+            tier = "L1" if lora_id in self._device_set() else "L2"
+            self._residents[lora_id] = resident.touched(time.monotonic())
             return Placed(handle, tier, 0.0)
         pending = self._inflight.get(lora_id)
         if pending is not None:
@@ -112,13 +121,19 @@ class Placement:
         try:
             started = time.perf_counter()
             tier = await asyncio.to_thread(self.to_disk, resolved)
+            await self._make_room()
             await self.engine.add_adapter(handle)
-            self._in_engine[lora_id] = sum(size for _, _, size in resolved.files)
-            while len(self._in_engine) > self.engine.settings.max_cpu_loras:
-                # vLLM's host cache drops its least recently used unpinned adapter; mirror it.
-                oldest = next(i for i in self._in_engine if i not in self.pinned)
-                self._in_engine.pop(oldest)
-            placed = Placed(handle, tier, (time.perf_counter() - started) * 1000)
+            load_ms = (time.perf_counter() - started) * 1000
+            self._residents[lora_id] = Resident(
+                key=(lora_id,),
+                tenant_id=resolved.tenant_id,
+                size_bytes=sum(size for _, _, size in resolved.files),
+                last_used=time.monotonic(),
+                hits=1.0,
+                reload_cost_ms=load_ms,
+                tenant_priority=priority,
+            )
+            placed = Placed(handle, tier, load_ms)
             future.set_result(placed)
             return placed
         except BaseException as exc:
@@ -127,6 +142,33 @@ class Placement:
             raise
         finally:
             self._inflight.pop(lora_id, None)
+
+    async def _make_room(self) -> None:
+        capacity = self.engine.settings.max_cpu_loras
+        while len(self._residents) >= capacity:
+            residents = [
+                replace(r, pinned=r.key[0] in self.pinned) for r in self._residents.values()
+            ]
+            victims = select_victims(
+                residents, policy=self.policy, now=time.monotonic(), capacity=capacity
+            )
+            if not victims:  # everything pinned: cannot happen with pins < max_loras
+                return
+            for victim in victims:
+                self.policy.on_evict(victim, time.monotonic())
+                await self.remove(victim.key[0])
+                if self.on_evict:
+                    self.on_evict("L2")
+
+    def _device_set(self) -> set[int]:
+        """What is in the device slots (L1): the pinned versions, then the most recently used."""
+        free = max(self.engine.settings.max_loras - len(self.pinned), 0)
+        unpinned = sorted(
+            (r for r in self._residents.values() if r.key[0] not in self.pinned),
+            key=lambda r: r.last_used,
+            reverse=True,
+        )
+        return set(self.pinned) | {r.key[0] for r in unpinned[:free]}
 
     async def pin(self, resolved: ResolvedVersion) -> Placed:
         """Keep a version in the engine's device slots (L1).
@@ -151,30 +193,36 @@ class Placement:
     async def remove(self, lora_id: int) -> bool:
         """Take a version out of the engine (L1 and L2); its disk copy stays."""
         self.pinned.discard(lora_id)
-        self._in_engine.pop(lora_id, None)
+        self._residents.pop(lora_id, None)
         return await self.engine.remove_adapter(lora_id)
 
     def residents(self) -> dict[str, list[dict]]:
-        recent = set(list(self._in_engine)[-self.engine.settings.max_loras :])
-        engine_rows = [
+        now = time.monotonic()
+        device = self._device_set()
+        rows = [
             {
-                "version_id": lora_id,
-                "size_bytes": size,
-                "pinned": lora_id in self.pinned,
-                "recency_rank": rank,
+                "version_id": r.key[0],
+                "tenant_id": r.tenant_id,
+                "size_bytes": r.size_bytes,
+                "hits": round(r.decayed_hits(now), 2),
+                "idle_s": round(now - r.last_used, 1),
+                "reload_cost_ms": round(r.reload_cost_ms, 2),
+                "pinned": r.key[0] in self.pinned,
+                "score": round(self.policy.score(r, now), 3),
             }
-            for rank, (lora_id, size) in enumerate(reversed(self._in_engine.items()))
+            for r in self._residents.values()
         ]
         return {
-            "L1": [r for r in engine_rows if r["pinned"] or r["version_id"] in recent],
-            "L2": [r for r in engine_rows if not (r["pinned"] or r["version_id"] in recent)],
+            "L1": [row for row in rows if row["version_id"] in device],
+            "L2": [row for row in rows if row["version_id"] not in device],
             "L3": self.disk.listing(),
         }
 
     def forget_engine(self) -> None:
         """After an engine restart: nothing is in its slots any more (disk copies remain)."""
-        self._in_engine.clear()
+        self._residents.clear()
         self.pinned.clear()
 
     def hot_bytes(self) -> int:
-        return sum(list(self._in_engine.values())[-self.engine.settings.max_loras :])
+        device = self._device_set()
+        return sum(r.size_bytes for r in self._residents.values() if r.key[0] in device)

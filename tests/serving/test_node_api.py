@@ -412,6 +412,45 @@ def test_pinning_keeps_one_device_slot_free_for_rotation(world):
     assert not any(r["pinned"] for r in internal(world, "cache").json()["tiers"]["L1"])
 
 
+def test_the_policy_not_vllm_decides_what_leaves_the_host_cache(
+    world, tenant_a, reviewer, demo_dir
+):
+    extra = [
+        publish(tenant_a, "legal", f"l{n}", demo_dir / "adapters" / "legal-v1", reviewer)
+        for n in range(2)
+    ]
+    versions = [*world["versions"].values(), *extra]
+    evicted_before = _metric(world["url"], "adapter_eviction_count_total", tier="L2")
+    for version_id in versions:
+        warmed = internal(world, "warm", {"version_id": version_id, "tier": "L2"})
+        assert warmed.status_code == 200, warmed.text
+        tiers = internal(world, "cache").json()["tiers"]
+        in_engine = [r["version_id"] for r in tiers["L1"] + tiers["L2"]]
+        assert len(in_engine) <= 4  # max_cpu_loras: never more than the engine can hold
+        assert version_id in in_engine
+    assert _metric(world["url"], "adapter_eviction_count_total", tier="L2") > evicted_before
+    tiers = internal(world, "cache").json()["tiers"]
+    in_engine = {r["version_id"] for r in tiers["L1"] + tiers["L2"]}
+    gone = [v for v in versions if v not in in_engine]
+    assert gone  # five versions, four places
+    on_disk = {row["folder"] for row in tiers["L3"]}
+    assert all(any(f"t{tenant_a.id}/" in folder for folder in on_disk) for _ in gone)
+    # an evicted version comes back from disk, and still answers correctly
+    assert (
+        world["control"]
+        .put(
+            "/api/aliases/support",
+            {"version_id": world["versions"]["v1"]},
+            content_type="application/json",
+        )
+        .status_code
+        == 200
+    )
+    text, headers = complete(world["a"])
+    assert text.startswith(V1)
+    assert headers["x-lorahub-cache-tier"] in ("L1", "L2", "L3")
+
+
 def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):
     key, url = world["a_key"], world["url"]
     complete(world["a"])  # adapter hot first
