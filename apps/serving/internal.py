@@ -28,17 +28,22 @@ if TYPE_CHECKING:
 TIERS = ("L1", "L2", "L3")
 
 
+def has_internal_token(request: Request) -> bool:
+    """True if the request carries the node's internal token (never, when none is set)."""
+    token = settings.LORAHUB_INTERNAL_TOKEN
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+
+
 class InternalApi:
     def __init__(self, inference: Inference) -> None:
         self.inference = inference
         self.node = inference.node
 
     def _check(self, request: Request) -> None:
-        token = settings.LORAHUB_INTERNAL_TOKEN
-        if not token:
+        if not settings.LORAHUB_INTERNAL_TOKEN:
             raise oai.ApiError(404, "not found", code="not_found")
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+        if not has_internal_token(request):
             raise oai.ApiError(
                 401,
                 "the internal API needs the node's internal token",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -29,7 +28,7 @@ from apps.serving.cache.policy import make_policy
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
 from apps.serving.inference import Inference
-from apps.serving.internal import InternalApi
+from apps.serving.internal import InternalApi, has_internal_token
 from apps.serving.metrics import NodeMetrics
 from apps.serving.placement import Placement
 from apps.serving.stats import StatsRecorder
@@ -242,10 +241,8 @@ class Node:
     async def metrics_endpoint(self, request: Request) -> Response:
         """Metrics name tenants and adapters, so tenants must not read them: with an internal
         token set, the scraper sends it; without one, only this machine may scrape."""
-        token = settings.LORAHUB_INTERNAL_TOKEN
-        if token:
-            scheme, _, given = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), token):
+        if settings.LORAHUB_INTERNAL_TOKEN:
+            if not has_internal_token(request):
                 return Response("metrics need the node's internal token\n", status_code=401)
         elif request.client is None or request.client.host not in ("127.0.0.1", "::1"):
             return Response("metrics are served to this machine only\n", status_code=403)
