@@ -102,18 +102,21 @@ class Directory:
 
     # --- invalidation ----------------------------------------------------------------------
 
-    def apply_change(self, change: dict) -> None:
-        """Drop what a broadcast names; the next lookup re-reads it."""
+    def apply_change(self, change: dict) -> AliasSnapshot | None:
+        """Drop what a broadcast names; the next lookup re-reads it. For an alias, returns
+        the snapshot it had before (None if it was not cached)."""
         kind = change.get("kind")
+        previous = None
         with self._lock:
             self._generation += 1
             if kind == "alias":
                 key = (int(change.get("tenant_id") or 0), str(change.get("name")))
-                self._aliases.pop(key, None)
+                previous = self._aliases.pop(key, None)
             elif kind in ("api_key", "quota"):
                 self._callers.clear()
             else:
                 self._drop_all()
+        return previous
 
     def _drop_all(self) -> None:
         self._callers.clear()

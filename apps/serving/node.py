@@ -204,9 +204,13 @@ class Node:
                         if message.get("type") != "message":
                             continue
                         try:
-                            self.directory.apply_change(json.loads(message["data"]))
+                            change = json.loads(message["data"])
+                            previous = self.directory.apply_change(change)
                         except (ValueError, TypeError):
                             logger.warning("ignored a malformed change message")
+                            continue
+                        if change.get("kind") == "alias":
+                            self._spawn(self._follow_alias(change, previous))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -214,6 +218,47 @@ class Node:
                 await asyncio.sleep(1.0)
             finally:
                 await client.aclose()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+
+        def forget(done: asyncio.Task) -> None:
+            if done in self._tasks:
+                self._tasks.remove(done)
+
+        task.add_done_callback(forget)
+
+    async def _follow_alias(self, change: dict, previous) -> None:
+        """Prepare the cache for an alias move before traffic follows it.
+
+        A new canary is landed on disk (L3: the download and full verification, the slow
+        part) so its first requests do not pay for them. A version the alias no longer uses
+        (rolled back, replaced) leaves the engine's slots; its disk copy stays for a quick
+        return.
+        """
+        try:
+            current = await asyncio.to_thread(
+                self.directory.alias, int(change.get("tenant_id") or 0), str(change.get("name"))
+            )
+            if current is None:
+                return
+            in_use = {current.stable.version_id}
+            if current.canary is not None:
+                in_use.add(current.canary.version_id)
+                if current.canary.servable and await self.signature_ok(current.canary):
+                    await asyncio.to_thread(self.placement.to_disk, current.canary)
+            if previous is not None:
+                for old in (previous.stable, previous.canary):
+                    if (
+                        old is not None
+                        and old.version_id not in in_use
+                        and self.placement.holds(old.version_id)
+                    ):
+                        await self.placement.remove(old.version_id)
+                        self.metrics.evictions.labels(tier="L2").inc()
+        except Exception:
+            logger.warning("could not prepare the cache for an alias change", exc_info=True)
 
     # --- endpoints -------------------------------------------------------------------------
 

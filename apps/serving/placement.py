@@ -190,6 +190,10 @@ class Placement:
         self.pinned.add(lora_id)
         return Placed(placed.handle, "L1", placed.load_ms)
 
+    def holds(self, lora_id: int) -> bool:
+        """True if the version is in the engine (L1 or L2)."""
+        return lora_id in self._residents
+
     async def remove(self, lora_id: int) -> bool:
         """Take a version out of the engine (L1 and L2); its disk copy stays."""
         self.pinned.discard(lora_id)

@@ -451,6 +451,45 @@ def test_the_policy_not_vllm_decides_what_leaves_the_host_cache(
     assert headers["x-lorahub-cache-tier"] in ("L1", "L2", "L3")
 
 
+def test_a_new_canary_is_landed_before_traffic_and_a_replaced_version_leaves_the_engine(
+    world, tenant_a
+):
+    v1, v2 = world["versions"]["v1"], world["versions"]["v2"]
+    assert complete(world["a"])[0].startswith(V1)  # v1 is in the engine
+    folder = f"t{tenant_a.id}/support/v2@r1"
+    assert folder not in {row["folder"] for row in internal(world, "cache").json()["tiers"]["L3"]}
+    assert (
+        world["control"]
+        .post(
+            "/api/aliases/support/canary",
+            {"version_id": v2, "percent": 0},
+            content_type="application/json",
+        )
+        .status_code
+        == 200
+    )
+    deadline = time.monotonic() + 10
+    while folder not in {row["folder"] for row in internal(world, "cache").json()["tiers"]["L3"]}:
+        assert time.monotonic() < deadline, "the canary was not landed on disk"
+        time.sleep(0.1)
+    assert (
+        world["control"]
+        .post("/api/aliases/support/promote", {}, content_type="application/json")
+        .status_code
+        == 200
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        tiers = internal(world, "cache").json()["tiers"]
+        if v1 not in {r["version_id"] for r in tiers["L1"] + tiers["L2"]}:
+            break
+        assert time.monotonic() < deadline, "the replaced version stayed in the engine"
+        time.sleep(0.1)
+    assert f"t{tenant_a.id}/support/v1@r1" in {row["folder"] for row in tiers["L3"]}
+    text, headers = complete(world["a"])
+    assert text.startswith(V2) and headers["x-lorahub-cache-tier"] in ("L3", "L1", "L2")
+
+
 def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):
     key, url = world["a_key"], world["url"]
     complete(world["a"])  # adapter hot first
