@@ -14,6 +14,7 @@ from ninja import NinjaAPI
 
 from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
+from apps.serving.api import router as serving_router
 from apps.tenants.api import router as tenants_router
 from apps.tenants.errors import DomainError
 
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 api = NinjaAPI(title="lorahub control plane", version="1", urls_namespace="api")
 api.add_router("/", tenants_router)
 api.add_router("/", registry_router)
+api.add_router("/", serving_router)
 
 
 @api.exception_handler(DomainError)

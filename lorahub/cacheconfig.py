@@ -62,6 +62,62 @@ class Registry(_Section):
         return value
 
 
+SlaName = Literal["batch", "standard", "premium"]  # the tenant priorities, by name
+
+
+class SlaTier(_Section):
+    """What a request of one tenant tier does when its adapter is not in the engine.
+
+    ``deadline_ms``: how long it may wait for the load (0: not at all). ``on_overload``: what
+    happens when the load queue is full or the deadline passes — ``wait`` (queue for a place
+    until the deadline, then 503), ``degrade`` (answer with the base model, marked
+    ``X-Lorahub-Degraded: 1``) or ``reject`` (503 with ``Retry-After`` at once). The load
+    itself goes on, so the next request finds the adapter warm.
+    """
+
+    deadline_ms: int = Field(ge=0, le=600_000)
+    on_overload: Literal["wait", "degrade", "reject"]
+
+
+def _default_sla() -> dict[str, SlaTier]:
+    return {
+        "premium": SlaTier(deadline_ms=30_000, on_overload="wait"),
+        "standard": SlaTier(deadline_ms=10_000, on_overload="degrade"),
+        "batch": SlaTier(deadline_ms=5_000, on_overload="reject"),
+    }
+
+
+class LoadQueue(_Section):
+    max_concurrent_fetches: int = Field(2, ge=1, le=64, description="L4 to L3 downloads")
+    max_concurrent_loads: int = Field(1, ge=1, le=16, description="L3 to L2 engine adds")
+    max_pending: int = Field(16, ge=1, le=10_000, description="versions loading or queued")
+    sla: dict[SlaName, SlaTier] = Field(default_factory=_default_sla)
+
+    @field_validator("sla")
+    @classmethod
+    def _every_tier(cls, value: dict[str, SlaTier]) -> dict[str, SlaTier]:
+        missing = [name for name in ("batch", "standard", "premium") if name not in value]
+        if missing:
+            raise ValueError(f"name every tenant tier; missing {', '.join(missing)}")
+        return value
+
+
+class Prewarm(_Section):
+    """At node start: the versions most requested recently, plus a fixed list."""
+
+    from_stats_hours: float = Field(24, ge=0, description="0 turns the statistics off")
+    top: int = Field(8, ge=0, le=1000)
+    aliases: tuple[str, ...] = Field((), description="'tenant-slug/alias' entries")
+
+    @field_validator("aliases")
+    @classmethod
+    def _tenant_slash_alias(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [entry for entry in value if entry.count("/") != 1 or entry.startswith("/")]
+        if bad:
+            raise ValueError(f"write each entry as 'tenant-slug/alias', not {bad[0]!r}")
+        return value
+
+
 class Placement(_Section):
     key_fields: tuple[str, ...] = REQUIRED_KEY_FIELDS
 
@@ -88,6 +144,8 @@ class AdapterCache(_Section):
     disk_cache: DiskCache = DiskCache()
     registry: Registry = Registry()
     placement: Placement = Placement()
+    load_queue: LoadQueue = LoadQueue()
+    prewarm: Prewarm = Prewarm()
 
     @model_validator(mode="after")
     def _warm_holds_hot(self) -> AdapterCache:
@@ -104,6 +162,18 @@ class CacheConfig(_Section):
     base_model: str = Field(min_length=1)
     base_model_revision: str = Field("r1", min_length=1)
     adapter_cache: AdapterCache = AdapterCache()
+
+    def restart_fields(self, other: CacheConfig) -> list[str]:
+        """The settings that differ from ``other`` and take effect only when the engine
+        restarts (vLLM fixes its LoRA slots, host slots and rank at start)."""
+        fields = {
+            "base_model": lambda c: c.base_model,
+            "base_model_revision": lambda c: c.base_model_revision,
+            "adapter_cache.gpu_hot.max_adapters": lambda c: c.adapter_cache.gpu_hot.max_adapters,
+            "adapter_cache.gpu_hot.max_lora_rank": lambda c: c.adapter_cache.gpu_hot.max_lora_rank,
+            "adapter_cache.cpu_warm.max_adapters": lambda c: c.adapter_cache.cpu_warm.max_adapters,
+        }
+        return [name for name, get in fields.items() if get(self) != get(other)]
 
 
 def parse_cache_config(data: object, *, source: str = "cache config") -> CacheConfig:

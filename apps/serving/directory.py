@@ -21,6 +21,7 @@ from django.db.models import Max
 from apps.registry import aliases
 from apps.registry.aliases import AliasSnapshot
 from apps.registry.models import Alias
+from apps.serving.models import CacheSettings
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey, Quota, Tenant
 
@@ -37,6 +38,8 @@ class Caller:
     tenant_slug: str
     priority: int
     requests_per_minute: int
+    max_hot_adapters: int = 2  # pinned in L1
+    max_warm_adapters: int = 8  # in the engine, L1 + L2
 
 
 def _digest(plaintext: str) -> str:
@@ -76,6 +79,8 @@ class Directory:
             tenant_slug=key.tenant.slug,
             priority=key.tenant.priority,
             requests_per_minute=quota.requests_per_minute,
+            max_hot_adapters=quota.max_hot_adapters,
+            max_warm_adapters=quota.max_warm_adapters,
         )
         if generation == self._generation:
             self._callers[digest] = caller
@@ -114,6 +119,8 @@ class Directory:
                 previous = self._aliases.pop(key, None)
             elif kind in ("api_key", "quota"):
                 self._callers.clear()
+            elif kind == "cache_config":
+                pass  # the node reloads its cache configuration; nothing cached here changes
             else:
                 self._drop_all()
         return previous
@@ -145,6 +152,7 @@ class Directory:
             ApiKey.objects.aggregate(m=Max("revoked_at"))["m"],
             Quota.objects.aggregate(m=Max("updated_at"))["m"],
             Tenant.objects.count(),
+            CacheSettings.objects.aggregate(m=Max("updated_at"))["m"],
         )
         close_old_connections()
         return marker

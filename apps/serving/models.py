@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from apps.tenants.models import Tenant
@@ -66,3 +67,17 @@ class RequestMinute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.alias} x{self.requests}"
+
+
+class CacheSettings(models.Model):
+    """The adapter-cache configuration an operator set at run time (one row; none means the
+    node's YAML file applies). Stored in the seed's shape, validated before it is saved."""
+
+    data = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"cache settings of {self.updated_at:%Y-%m-%d %H:%M}"

@@ -45,6 +45,7 @@ class NewApiKeyOut(ApiKeyOut):
 
 class QuotaSchema(Schema):
     max_hot_adapters: int
+    max_warm_adapters: int
     max_hot_memory_mb: int
     max_adapters: int
     max_versions_per_adapter: int
@@ -54,6 +55,7 @@ class QuotaSchema(Schema):
 
 class QuotaPatch(Schema):
     max_hot_adapters: int | None = None
+    max_warm_adapters: int | None = None
     max_hot_memory_mb: int | None = None
     max_adapters: int | None = None
     max_versions_per_adapter: int | None = None

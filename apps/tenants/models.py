@@ -89,7 +89,8 @@ class Quota(models.Model):
     """Per-tenant limits. Defaults apply until an operator sets them."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
-    max_hot_adapters = models.PositiveIntegerField(default=2)
+    max_hot_adapters = models.PositiveIntegerField(default=2)  # pinned in device slots (L1)
+    max_warm_adapters = models.PositiveIntegerField(default=8)  # in the engine (L1 + L2)
     max_hot_memory_mb = models.PositiveIntegerField(default=512)
     max_adapters = models.PositiveIntegerField(default=50)
     max_versions_per_adapter = models.PositiveIntegerField(default=100)

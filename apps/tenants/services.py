@@ -22,6 +22,7 @@ KEY_PREFIX_LEN = 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 QUOTA_FIELDS = (
     "max_hot_adapters",
+    "max_warm_adapters",
     "max_hot_memory_mb",
     "max_adapters",
     "max_versions_per_adapter",

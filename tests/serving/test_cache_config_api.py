@@ -1,0 +1,100 @@
+"""GET/PUT /api/cache-config: operators change the node's cache at run time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from apps.serving.config import effective_config, set_config
+from apps.serving.models import CacheSettings
+from apps.tenants.models import AuditEvent
+from tests.helpers import key_client, user_client
+
+pytestmark = pytest.mark.django_db
+
+
+def put(client, data):
+    return client.put("/api/cache-config", json.dumps(data), content_type="application/json")
+
+
+def test_an_operator_reads_the_file_config_in_the_seeds_shape(operator):
+    body = user_client("otto", "otto-pass-123").get("/api/cache-config").json()
+    assert body["adapter_cache"]["gpu_hot"]["eviction_policy"] == "weighted"
+    assert set(body["adapter_cache"]) >= {"gpu_hot", "cpu_warm", "disk_cache", "load_queue"}
+    assert body["adapter_cache"]["load_queue"]["sla"]["batch"]["on_overload"] == "reject"
+
+
+def test_a_change_is_stored_audited_and_says_what_waits_for_a_restart(operator):
+    client = user_client("otto", "otto-pass-123")
+    config = client.get("/api/cache-config").json()
+    config["adapter_cache"]["gpu_hot"]["eviction_policy"] = "gdsf"
+    config["adapter_cache"]["gpu_hot"]["max_adapters"] = 8
+    config["adapter_cache"]["cpu_warm"]["max_adapters"] = 32
+    response = put(client, config)
+    assert response.status_code == 200, response.content
+    assert response.json()["needs_restart"] == [
+        "adapter_cache.gpu_hot.max_adapters",
+        "adapter_cache.cpu_warm.max_adapters",
+    ]
+    assert client.get("/api/cache-config").json()["adapter_cache"]["gpu_hot"] == {
+        **config["adapter_cache"]["gpu_hot"]
+    }
+    assert effective_config().adapter_cache.gpu_hot.eviction_policy == "gdsf"
+    event = AuditEvent.objects.get(action="cache_config.set")
+    assert event.actor.username == "otto"
+    assert event.before["adapter_cache"]["gpu_hot"]["eviction_policy"] == "weighted"
+    assert event.after["adapter_cache"]["gpu_hot"]["eviction_policy"] == "gdsf"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: c["adapter_cache"]["gpu_hot"].update(eviction_policy="random"),
+            "adapter_cache.gpu_hot.eviction_policy",
+        ),
+        (
+            lambda c: c["adapter_cache"]["cpu_warm"].update(max_adapters=1),
+            "cpu_warm.max_adapters (1) must be at least gpu_hot.max_adapters",
+        ),
+        (
+            lambda c: c["adapter_cache"]["load_queue"]["sla"].pop("batch"),
+            "missing batch",
+        ),
+        (lambda c: c["adapter_cache"].update(gpu_hott={}), "adapter_cache.gpu_hott: unknown key"),
+        (
+            lambda c: c["adapter_cache"]["prewarm"].update(aliases=["support"]),
+            "'tenant-slug/alias'",
+        ),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_key_and_nothing_is_stored(operator, edit, message):
+    client = user_client("otto", "otto-pass-123")
+    config = client.get("/api/cache-config").json()
+    edit(config)
+    response = put(client, config)
+    assert response.status_code == 422
+    assert message in response.json()["detail"]
+    assert not CacheSettings.objects.exists()
+    assert not AuditEvent.objects.filter(action="cache_config.set").exists()
+
+
+def test_only_operators_read_or_change_it(tenant_a, operator):
+    tenant = key_client(tenant_a)
+    assert tenant.get("/api/cache-config").status_code == 403
+    assert put(tenant, {"base_model": "x"}).status_code == 403
+    assert (
+        user_client("otto", "otto-pass-123")
+        .put("/api/cache-config", "not json", content_type="application/json")
+        .status_code
+        == 422
+    )
+    assert not CacheSettings.objects.exists()
+
+
+def test_the_stored_config_wins_over_the_file(operator):
+    data = effective_config().model_dump(mode="json")
+    data["adapter_cache"]["disk_cache"]["max_size_gb"] = 1.5
+    set_config(data=data, actor=None)
+    assert effective_config().adapter_cache.disk_cache.max_size_gb == 1.5
