@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -111,8 +112,10 @@ S3_ENV = {
 def s3_server() -> Iterator[str]:
     """moto in server mode, in its own process, on a free port: S3 over real HTTP."""
     port = free_port()
+    recording = Path(tempfile.mkdtemp(prefix="moto-")) / "recording.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, "MOTO_RECORDER_FILEPATH": str(recording)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -121,6 +124,7 @@ def s3_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         stop(proc)
+        shutil.rmtree(recording.parent, ignore_errors=True)
 
 
 @pytest.fixture
@@ -340,7 +344,7 @@ def node_work(tmp_path_factory) -> Path:
 def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
 
-    Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 8 waiting) so
+    Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 16 waiting) so
     that tests reach full slots and overload with a handful of requests.
     """
     import httpx
@@ -357,7 +361,7 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
         "LORAHUB_CACHE_CONFIG": str(config),
         "LORAHUB_NODE_CACHE_DIR": str(work / "cache"),
         "LORAHUB_NODE_MAX_CONCURRENT": "4",
-        "LORAHUB_NODE_MAX_QUEUE": "8",
+        "LORAHUB_NODE_MAX_QUEUE": "16",
         "LORAHUB_NODE_NAME": "test-node",
         "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
     }

@@ -75,7 +75,9 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     """Upload, validate (in this process) and approve a version through the services."""
     from apps.tenants.auth import principal_for_key, principal_for_user
 
-    key, _ = tenant_services.issue_api_key(tenant=tenant, name=f"pub-{version}", actor=None)
+    key, _ = tenant_services.issue_api_key(
+        tenant=tenant, name=f"pub-{adapter_id}-{version}", actor=None
+    )
     paths = sorted(folder.iterdir())
     row = services.upload_version(
         principal=principal_for_key(key),

@@ -24,7 +24,13 @@ from apps.registry.aliases import ResolvedVersion
 from apps.serving import openai_api as oai
 from apps.serving.directory import Caller
 from apps.serving.engine import EngineNotReady, Sampling
-from apps.serving.placement import AdapterIntegrityError, Placed
+from apps.serving.placement import (
+    AdapterIntegrityError,
+    LoadDeadline,
+    LoadQueueFull,
+    Owner,
+    Placed,
+)
 from apps.serving.stats import RequestRecord
 
 if TYPE_CHECKING:
@@ -46,6 +52,9 @@ class Trace:
     load_ms: float = 0.0
     queue_ms: float = 0.0
     ttft_ms: float | None = None
+    degraded: bool = False  # the base model answered: the adapter could not load in time
+    held: int | None = None  # the LoRA id this request holds in the engine while it runs
+    active: bool = False  # admitted to the engine's batch (the device-slot gate)
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -54,11 +63,14 @@ class Trace:
             adapter = self.resolved.label
         else:
             adapter = "base" if self.tier == "base" else "none"
-        return {
+        headers = {
             "X-Lorahub-Adapter": adapter,
             "X-Lorahub-Cache-Tier": self.tier or "none",
             "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
         }
+        if self.degraded:
+            headers["X-Lorahub-Degraded"] = "1"
+        return headers
 
 
 async def _prepend(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
@@ -159,7 +171,10 @@ class Inference:
 
     # --- step 4 and generation -------------------------------------------------------------
 
-    async def acquire_slot(self, trace: Trace) -> None:
+    def enter_queue(self) -> None:
+        """Admission at arrival: 503 when every generation slot is busy and the queue is
+        full. Requests waiting for their adapter to load count as queued: once admitted, a
+        request is never refused for having waited on a load."""
         node = self.node
         if node.slots.locked() and node.waiting >= node.max_queue:
             node.metrics.overloaded.inc()
@@ -171,18 +186,56 @@ class Inference:
                 retry_after=1,
             )
         node.waiting += 1
-        try:
-            await node.slots.acquire()
-        finally:
-            node.waiting -= 1
-        trace.queue_ms = (time.perf_counter() - trace.started) * 1000
+
+    async def acquire_slot(self, trace: Trace) -> None:
+        waited = time.perf_counter()
+        await self.node.slots.acquire()
+        trace.queue_ms = (time.perf_counter() - waited) * 1000
 
     async def place(self, trace: Trace):
+        """Step 4: the adapter's handle, once it is in the engine; None for the base model.
+
+        A request waits for a cold load as long as its tenant tier's deadline allows. When
+        the load queue is full or the deadline passes, the tier's overload action applies:
+        the base model answers (``degrade``), or 503 with ``Retry-After``.
+        """
         if trace.resolved is None:
             return None
+        caller = trace.caller
+        assert caller is not None
+        sla = self.node.sla(caller.priority)
+        owner = Owner(
+            tenant_id=caller.tenant_id,
+            priority=caller.priority,
+            warm_quota=caller.max_warm_adapters,
+            hot_quota=caller.max_hot_adapters,
+        )
         try:
-            priority = trace.caller.priority if trace.caller else 1
-            placed: Placed = await self.node.placement.place(trace.resolved, priority=priority)
+            placed: Placed = await self.node.placement.place(
+                trace.resolved,
+                owner=owner,
+                deadline_s=sla.deadline_ms / 1000,
+                wait_for_room=sla.on_overload == "wait",
+                hold=True,
+            )
+        except (LoadQueueFull, LoadDeadline) as exc:
+            if sla.on_overload == "degrade":
+                trace.tier, trace.degraded = "base", True
+                self.node.metrics.degraded.labels(
+                    tenant=self.node.metrics.labels_for(caller.tenant_slug, "")[0]
+                ).inc()
+                return None
+            self.node.metrics.overloaded.inc()
+            full = isinstance(exc, LoadQueueFull)
+            raise oai.ApiError(
+                503,
+                f"{trace.resolved.label} is not loaded yet and "
+                + ("the load queue is full" if full else f"{exc}")
+                + "; retry shortly",
+                type_="overloaded_error",
+                code="load_queue_full" if full else "load_deadline",
+                retry_after=1 if full else 2,
+            ) from None
         except AdapterIntegrityError as exc:
             logger.error("refused to load %s: %s", trace.resolved.label, exc)
             raise oai.ApiError(
@@ -193,9 +246,17 @@ class Inference:
                 code="quarantined",
             ) from None
         trace.tier, trace.load_ms = placed.tier, placed.load_ms
-        if placed.tier in ("L3", "L4"):
-            self.node.metrics.load_latency.labels(source_tier=placed.tier).observe(placed.load_ms)
+        trace.held = placed.handle.lora_id
         return placed.handle
+
+    def let_go(self, trace: Trace) -> None:
+        """The request no longer needs its adapter in the engine (once per request)."""
+        if trace.active:
+            self.node.placement.leave_engine(trace.held)
+            trace.active = False
+        if trace.held is not None:
+            self.node.placement.release(trace.held)
+            trace.held = None
 
     # --- the endpoints ---------------------------------------------------------------------
 
@@ -220,7 +281,7 @@ class Inference:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         trace = Trace()
-        slot = False
+        slot = queued = streaming = False
         try:
             trace.caller = await self.authenticate(request)
             body = oai.parse(
@@ -232,9 +293,17 @@ class Inference:
             await self.resolve(trace, body.model, request_key)
             if not self.node.engine.is_ready:
                 raise EngineNotReady(self.node.engine.info().state)
+            # Place first: a cold load must not hold a generation slot that hot requests
+            # need (no head-of-line blocking).
+            self.enter_queue()
+            queued = True
+            handle = await self.place(trace)
             await self.acquire_slot(trace)
             slot = True
-            handle = await self.place(trace)
+            self.node.waiting -= 1
+            queued = False
+            await self.node.placement.enter_engine(handle.lora_id if handle else None)
+            trace.active = handle is not None
             prompt = self._prompt(body, chat)
             sampling = Sampling(
                 max_tokens=(
@@ -251,7 +320,8 @@ class Inference:
             deltas = self.node.engine.stream(prompt, sampling, adapter=handle, request_id=rid)
             if body.stream:
                 stream = self._sse(deltas, trace, rid, body.model, chat)
-                slot = False  # from here the stream releases it, in its `finally`
+                slot = False  # from here the stream releases it and the adapter, in its
+                streaming = True  # `finally`
                 # Start the stream before answering: a started async generator is closed
                 # (and its `finally` run) even if the client vanishes before the first byte.
                 first = await stream.__anext__()
@@ -305,8 +375,12 @@ class Inference:
                 trace,
             )
         finally:
+            if queued:
+                self.node.waiting -= 1
             if slot:
                 self.node.slots.release()
+            if not streaming:
+                self.let_go(trace)
 
     def _prompt(self, body: Any, chat: bool) -> str | list[int]:
         if not chat:
@@ -377,6 +451,7 @@ class Inference:
         finally:
             await deltas.aclose()
             self.node.slots.release()
+            self.let_go(trace)
             self._finish(trace, status)
 
     # --- step 5 ----------------------------------------------------------------------------
@@ -403,6 +478,7 @@ class Inference:
                 adapter_id=resolved.adapter_id if resolved else "",
                 version=resolved.version if resolved else "",
                 tier=trace.tier,
+                degraded=trace.degraded,
                 status=status,
                 error=error,
                 load_ms=trace.load_ms,

@@ -19,13 +19,28 @@ from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving import openai_api as oai
-from apps.serving.placement import AdapterIntegrityError, PinLimit
+from apps.serving.placement import AdapterIntegrityError, Owner, PinLimit
 from apps.tenants.models import Tenant
 
 if TYPE_CHECKING:
     from apps.serving.inference import Inference
 
 TIERS = ("L1", "L2", "L3")
+
+
+def owner_of(resolved: ResolvedVersion) -> Owner:
+    """The version's tenant with its current cache quotas (blocking: reads the database)."""
+    from apps.tenants.models import Quota
+
+    quota = Quota.objects.filter(tenant_id=resolved.tenant_id).first()
+    tenant = Tenant.objects.filter(pk=resolved.tenant_id).values_list("priority", flat=True)
+    priority = tenant.first()
+    return Owner(
+        tenant_id=resolved.tenant_id,
+        priority=1 if priority is None else priority,
+        warm_quota=quota.max_warm_adapters if quota else None,
+        hot_quota=quota.max_hot_adapters if quota else None,
+    )
 
 
 def has_internal_token(request: Request) -> bool:
@@ -110,10 +125,11 @@ class InternalApi:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5
                 )
+            owner = await asyncio.to_thread(owner_of, resolved)
             placed = (
-                await placement.pin(resolved)
+                await placement.pin(resolved, owner=owner)
                 if body["tier"] == "L1"
-                else await placement.place(resolved)
+                else await placement.place(resolved, owner=owner)
             )
             return JSONResponse(
                 {
@@ -134,13 +150,28 @@ class InternalApi:
         try:
             self._check(request)
             body = await self._body(request)
+            if body.get("all") is True:  # drain the node: everything from the tier down
+                if body.get("tier", "L3") == "L1":
+                    raise oai.ApiError(400, "'all' empties L2 or L3", code="bad_tier")
+                removed = await self.node.placement.clear(disk=body.get("tier", "L3") == "L3")
+                return JSONResponse({"evicted_from": body.get("tier", "L3"), "removed": removed})
             if not isinstance(body.get("version_id"), int):
-                raise oai.ApiError(400, "name the version_id to evict", code="no_target")
+                raise oai.ApiError(
+                    400, "name the version_id to evict, or send all: true", code="no_target"
+                )
             resolved = await asyncio.to_thread(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
             placement, tier = self.node.placement, body.get("tier", "L3")
             lora_id = resolved.version_id
+            if placement.in_use(lora_id):
+                raise oai.ApiError(
+                    409,
+                    f"{resolved.label} is answering {placement.in_use(lora_id)} request(s); "
+                    "evict it once they finish",
+                    code="in_use",
+                    retry_after=1,
+                )
             if tier == "L1":  # vLLM cannot unpin: take it out and put it back unpinned
                 if lora_id in placement.pinned:
                     await placement.remove(lora_id)
@@ -148,25 +179,45 @@ class InternalApi:
             else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node
                 await placement.remove(lora_id)
                 if tier == "L3":
-                    await asyncio.to_thread(placement.disk.evict, resolved)
+                    await asyncio.to_thread(placement.evict_from_disk, resolved)
             self.node.metrics.evictions.labels(tier=tier).inc()
             return JSONResponse({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)
+
+    async def prewarm(self, request: Request) -> Response:
+        """Run the start-up prewarm now (after a deploy, or a cleared cache)."""
+        try:
+            self._check(request)
+        except oai.ApiError as exc:
+            return self._error(exc)
+        return JSONResponse({"warmed": await self.node.prewarm()})
 
     async def cache(self, request: Request) -> Response:
         try:
             self._check(request)
         except oai.ApiError as exc:
             return self._error(exc)
+        placement, engine = self.node.placement, self.node.engine.settings
+        limits = placement.limits
         return JSONResponse(
             {
+                "policy": placement.policy.name,
                 "limits": {
-                    "max_loras": self.node.engine.settings.max_loras,
-                    "max_cpu_loras": self.node.engine.settings.max_cpu_loras,
+                    "max_loras": engine.max_loras,
+                    "max_cpu_loras": engine.max_cpu_loras,
+                    "max_pinned": engine.max_loras - 1,
+                    "warm_max_bytes": limits.warm_bytes,
+                    "warm_ttl_s": limits.ttl_s,
+                    "disk_max_bytes": limits.disk_bytes,
+                    "max_concurrent_fetches": limits.max_fetches,
+                    "max_concurrent_loads": limits.max_loads,
+                    "max_pending_loads": limits.max_pending,
                 },
-                "tiers": self.node.placement.residents(),
-                "quarantined": sorted(self.node.placement.quarantined),
+                "needs_restart": self.node.needs_restart,
+                "disk_bytes": placement.disk_bytes(),
+                "tiers": placement.residents(),
+                "quarantined": sorted(placement.quarantined),
             }
         )
 

@@ -55,7 +55,7 @@ class NodeMetrics:
         )
         self.quota_usage = Gauge(
             "per_tenant_adapter_quota_usage",
-            "Hot adapters of a tenant as a share of its quota",
+            "Adapters of a tenant in the engine (L1 + L2) as a share of its warm quota",
             ["tenant"],
             registry=r,
         )
@@ -94,6 +94,11 @@ class NodeMetrics:
             "Adapter files that failed their seal (L3, replaced) or signed manifest "
             "(L4, quarantined)",
             ["tier"],
+            registry=r,
+        )
+        self.load_queue = Gauge(
+            "adapter_load_queue",
+            "Adapter versions loading or queued to load",
             registry=r,
         )
         self.in_flight = Gauge(

@@ -25,14 +25,15 @@ from apps.registry import keys
 from apps.registry.storage import get_store
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
+from apps.serving.config import effective_config
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
 from apps.serving.inference import Inference
 from apps.serving.internal import InternalApi, has_internal_token
 from apps.serving.metrics import NodeMetrics
-from apps.serving.placement import Placement
-from apps.serving.stats import StatsRecorder
-from lorahub.cacheconfig import load_cache_config
+from apps.serving.placement import Limits, Placement
+from apps.serving.stats import StatsRecorder, prewarm_candidates
+from lorahub.cacheconfig import CacheConfig, SlaTier, load_cache_config
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -65,20 +66,23 @@ class Node:
         self.stats = StatsRecorder(
             settings.LORAHUB_NODE_NAME, on_drop=self.metrics.stats_dropped.inc
         )
+        # The file's configuration until start(), which reads the operator's stored one.
+        self.config: CacheConfig = load_cache_config(settings.LORAHUB_CACHE_CONFIG)
+        self.needs_restart: list[str] = []
+        self._config_changed = asyncio.Event()
         self.placement = Placement(
             engine=self.engine,
             store=get_store(),
             root=settings.LORAHUB_NODE_CACHE_DIR,
             public_keys=keys.published_public_keys,
-            policy=make_policy(
-                load_cache_config(
-                    settings.LORAHUB_CACHE_CONFIG
-                ).adapter_cache.gpu_hot.eviction_policy
-            ),
+            policy=make_policy(self.config.adapter_cache.gpu_hot.eviction_policy),
+            limits=Limits.from_config(self.config),
             on_integrity_failure=self._integrity_failure,
             on_evict=lambda tier: self.metrics.evictions.labels(tier=tier).inc(),
+            on_load=lambda tier, ms: self.metrics.load_latency.labels(source_tier=tier).observe(ms),
         )
         self.rate = RateLimiter()
+        self.inference = Inference(self)
         self.slots = asyncio.Semaphore(settings.LORAHUB_NODE_MAX_CONCURRENT)
         self.max_queue = settings.LORAHUB_NODE_MAX_QUEUE
         self.waiting = 0
@@ -106,6 +110,57 @@ class Node:
                     note=reason,
                 )
 
+    # --- configuration ---------------------------------------------------------------------
+
+    def sla(self, priority: int) -> SlaTier:
+        """The load deadline and overload action of a tenant tier."""
+        name = {0: "batch", 2: "premium"}.get(priority, "standard")
+        return self.config.adapter_cache.load_queue.sla[name]  # type: ignore[index]
+
+    def apply_config(self, config: CacheConfig) -> None:
+        """Take an operator's configuration live; what needs an engine restart waits."""
+        running = self.engine.settings
+        self.needs_restart = [
+            name
+            for name, wanted, now in (
+                ("base_model", config.base_model, running.served_model_name),
+                ("base_model_revision", config.base_model_revision, running.base_model_revision),
+                (
+                    "adapter_cache.gpu_hot.max_adapters",
+                    config.adapter_cache.gpu_hot.max_adapters,
+                    running.max_loras,
+                ),
+                (
+                    "adapter_cache.cpu_warm.max_adapters",
+                    config.adapter_cache.cpu_warm.max_adapters,
+                    running.max_cpu_loras,
+                ),
+                (
+                    "adapter_cache.gpu_hot.max_lora_rank",
+                    config.adapter_cache.gpu_hot.max_lora_rank,
+                    running.max_lora_rank,
+                ),
+            )
+            if wanted != now
+        ]
+        self.config = config
+        self.placement.apply(config)
+        self._config_changed.set()
+        self.placement.trim_disk()
+
+    async def reload_config(self) -> None:
+        try:
+            self.apply_config(await asyncio.to_thread(effective_config))
+            logger.info(
+                "cache config applied (policy %s)%s",
+                self.placement.policy.name,
+                f"; waiting for an engine restart: {', '.join(self.needs_restart)}"
+                if self.needs_restart
+                else "",
+            )
+        except Exception:
+            logger.exception("could not apply the cache config; keeping the one in force")
+
     async def signature_ok(self, resolved) -> bool:
         """Ed25519 check of the version's signed manifest, remembered per (version, signature):
         a version is immutable, so a changed signature is a different question."""
@@ -125,10 +180,12 @@ class Node:
 
     async def start(self) -> None:
         self.stats.start()
+        await self.reload_config()
         self._tasks = [
             asyncio.create_task(self._start_engine(), name="engine-start"),
             asyncio.create_task(self._watch_engine(), name="engine-watchdog"),
             asyncio.create_task(self._refresh_periodically(), name="full-refresh"),
+            asyncio.create_task(self._expire_idle(), name="l2-ttl"),
             asyncio.create_task(
                 self._listen() if settings.LORAHUB_EVENTS_URL else self._poll(), name="changes"
             ),
@@ -147,6 +204,8 @@ class Node:
             kept = await asyncio.to_thread(
                 lambda: self.placement.disk.rebuild(keys.published_public_keys())
             )
+            self.placement.adopt(kept)
+            self.placement.trim_disk()
             logger.info("disk cache: %d verified version folders kept", len(kept))
         except Exception:
             # Without the registry's keys nothing on disk can be trusted: start empty.
@@ -157,6 +216,49 @@ class Node:
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
             logger.exception("the vLLM engine failed to start")
+            return
+        self._spawn(self.prewarm())
+
+    async def prewarm(self) -> list[str]:
+        """Warm what will be asked for: the most-requested versions of the last hours and the
+        configured aliases. Each lands on disk (L3); while the engine's host cache has room
+        they are loaded (L2) too. Nothing is evicted for a guess. Returns the labels warmed."""
+        warmed: list[str] = []
+        try:
+            candidates = await asyncio.to_thread(prewarm_candidates, self.config)
+        except Exception:
+            logger.warning("could not read what to prewarm", exc_info=True)
+            return warmed
+        for resolved in candidates:
+            try:
+                self.inference.admit(resolved)
+                if not await self.signature_ok(resolved):
+                    continue
+                room = self.placement.in_engine() < self.engine.settings.max_cpu_loras
+                if room and self.engine.is_ready:
+                    await self.placement.place(resolved)
+                else:
+                    await asyncio.to_thread(self.placement.to_disk, resolved)
+                warmed.append(resolved.label)
+            except Exception as exc:  # one bad candidate must not stop the rest
+                logger.info("did not prewarm %s: %s", resolved.label, exc)
+        if warmed:
+            logger.info("prewarmed %d versions: %s", len(warmed), ", ".join(warmed))
+        return warmed
+
+    async def _expire_idle(self) -> None:
+        """Take versions idle longer than the TTL out of the engine (their disk copy stays)."""
+        while True:
+            self._config_changed.clear()
+            with contextlib.suppress(TimeoutError):  # a new TTL takes effect at once
+                await asyncio.wait_for(
+                    self._config_changed.wait(),
+                    timeout=min(30.0, max(0.2, self.placement.limits.ttl_s / 4)),
+                )
+            try:
+                await self.placement.expire_idle()
+            except Exception:
+                logger.warning("TTL sweep failed", exc_info=True)
 
     async def _watch_engine(self) -> None:
         """Restart the engine if it dies; the placement forgets what the dead one held."""
@@ -184,7 +286,8 @@ class Node:
         """Without a broadcast channel: watch the database's change marker."""
         while True:
             try:
-                await asyncio.to_thread(self.directory.poll)
+                if await asyncio.to_thread(self.directory.poll):
+                    await self.reload_config()
             except Exception:
                 logger.exception("polling for changes failed; retrying")
             await asyncio.sleep(POLL_S)
@@ -211,6 +314,8 @@ class Node:
                             continue
                         if change.get("kind") == "alias":
                             self._spawn(self._follow_alias(change, previous))
+                        elif change.get("kind") == "cache_config":
+                            self._spawn(self.reload_config())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -250,15 +355,20 @@ class Node:
                     await asyncio.to_thread(self.placement.to_disk, current.canary)
             if previous is not None:
                 for old in (previous.stable, previous.canary):
-                    if (
-                        old is not None
-                        and old.version_id not in in_use
-                        and self.placement.holds(old.version_id)
-                    ):
-                        await self.placement.remove(old.version_id)
-                        self.metrics.evictions.labels(tier="L2").inc()
+                    if old is not None and old.version_id not in in_use:
+                        self._spawn(self._demote(old.version_id))
         except Exception:
             logger.warning("could not prepare the cache for an alias change", exc_info=True)
+
+    async def _demote(self, version_id: int, patience_s: float = 120.0) -> None:
+        """Take a version the alias stopped using out of the engine once its last running
+        request is done (removing it under one would kill the engine core)."""
+        deadline = time.monotonic() + patience_s
+        while self.placement.in_use(version_id) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        if self.placement.holds(version_id) and not self.placement.in_use(version_id):
+            await self.placement.remove(version_id)
+            self.metrics.evictions.labels(tier="L2").inc()
 
     # --- endpoints -------------------------------------------------------------------------
 
@@ -292,6 +402,11 @@ class Node:
         elif request.client is None or request.client.host not in ("127.0.0.1", "::1"):
             return Response("metrics are served to this machine only\n", status_code=403)
         self.metrics.gpu_memory.set(self.placement.hot_bytes() / 1048576)
+        self.metrics.load_queue.set(self.placement.loading())
+        for tenant, share in self.placement.quota_usage().items():
+            self.metrics.quota_usage.labels(tenant=self.metrics.labels_for(tenant, "")[0]).set(
+                share
+            )
         self.metrics.in_flight.set(self.engine.requests_in_flight())
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
@@ -300,7 +415,7 @@ class Node:
 
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
     node = Node(engine_settings)
-    inference = Inference(node)
+    inference = node.inference
     internal = InternalApi(inference)
 
     @contextlib.asynccontextmanager
@@ -321,6 +436,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/warm", internal.warm, methods=["POST"]),
             Route("/internal/evict", internal.evict, methods=["POST"]),
             Route("/internal/cache", internal.cache),
+            Route("/internal/prewarm", internal.prewarm, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

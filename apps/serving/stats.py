@@ -19,9 +19,13 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
-from django.db.models import F
+from django.db.models import F, Sum
 
+from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
+from apps.registry.models import AdapterVersion
 from apps.serving.models import RequestLog, RequestMinute
+from apps.tenants.models import Tenant
+from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 BATCH = 500
@@ -166,3 +170,45 @@ def purge_old_statistics() -> tuple[int, int]:
         minute__lt=now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
     ).delete()
     return logs, rollups
+
+
+def prewarm_candidates(config: CacheConfig) -> list[ResolvedVersion]:
+    """What a node warms at start: the configured aliases' stable versions, then the versions
+    most requested in the last ``from_stats_hours``, most requested first, without repeats.
+    Unknown tenants or aliases in the list are logged and skipped."""
+    prewarm = config.adapter_cache.prewarm
+    chosen: dict[int, ResolvedVersion] = {}
+    try:
+        for entry in prewarm.aliases:
+            slug, name = entry.split("/")
+            tenant = Tenant.objects.filter(slug=slug).first()
+            snapshot = load_alias_snapshot(tenant_id=tenant.id, name=name) if tenant else None
+            if snapshot is None:
+                logger.warning("prewarm: no alias %r; check the cache config's list", entry)
+                continue
+            chosen.setdefault(snapshot.stable.version_id, snapshot.stable)
+        if prewarm.from_stats_hours > 0 and prewarm.top > 0:
+            since = datetime.now(UTC) - timedelta(hours=prewarm.from_stats_hours)
+            busiest = (
+                RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
+                .exclude(adapter_id="")
+                .values("tenant_id", "adapter_id", "version")
+                .annotate(n=Sum("requests"))
+                .order_by("-n")[: prewarm.top]
+            )
+            for row in busiest:
+                version_id = (
+                    AdapterVersion.objects.filter(
+                        adapter__tenant_id=row["tenant_id"],
+                        adapter__adapter_id=row["adapter_id"],
+                        version=row["version"],
+                    )
+                    .values_list("pk", flat=True)
+                    .first()
+                )
+                resolved = load_version(version_id) if version_id else None
+                if resolved is not None:
+                    chosen.setdefault(resolved.version_id, resolved)
+    finally:
+        close_old_connections()
+    return list(chosen.values())

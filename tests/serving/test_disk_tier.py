@@ -122,6 +122,8 @@ def test_rebuild_keeps_verified_folders_and_drops_corrupt_or_half_landed_ones(se
     half = good.parent / ".landing-abc"
     half.mkdir()
     kept = disk.rebuild(keys)
-    assert kept == [good]
+    assert [entry.path for entry in kept] == [good]
+    assert (kept[0].version_id, kept[0].tenant_id) == (7, 1)
+    assert kept[0].size_bytes == sum(size for _, _, size in resolved.files)
     assert not bad.exists() and not half.exists()
     assert disk.check(resolved) == good

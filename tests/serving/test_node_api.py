@@ -262,8 +262,8 @@ def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
             timeout=120,
         )
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
-        responses = list(pool.map(long_request, range(24)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+        responses = list(pool.map(long_request, range(32)))
     statuses = [r.status_code for r in responses]
     assert statuses.count(200) >= 4
     assert 503 in statuses

@@ -116,6 +116,25 @@ def test_gdsf_clock_rises_to_each_victim_so_old_values_age_out():
     assert policy.value(fresh, NOW) > policy.clock
 
 
+def test_gdsf_a_resident_untouched_since_the_clock_rose_goes_before_a_fresh_equal_one():
+    policy = GDSF()
+    old = resident("old", hits=1, cost_ms=10, size_mb=10, idle_s=60)
+    policy.value(old, NOW)  # known while the clock was 0
+    policy.on_evict(resident("victim", hits=3, cost_ms=100, size_mb=10), NOW)
+    fresh = resident("fresh", hits=1, cost_ms=10, size_mb=10, idle_s=60)  # first seen now
+    assert policy.score(old, NOW) > policy.score(fresh, NOW)
+    touched = old.touched(NOW)  # an access re-bases it on the current clock
+    assert policy.score(touched, NOW) < policy.score(fresh, NOW)
+
+
+def test_a_tenant_at_its_quota_makes_room_from_its_own_even_when_the_cache_has_room():
+    residents = [resident("a1", tenant=1, idle_s=5), resident("a2", tenant=1, idle_s=1)]
+    victims = select_victims(
+        residents, policy=LRU(), now=NOW, capacity=8, requester=1, quotas={1: 2}
+    )
+    assert [v.key for v in victims] == [("a1",)]
+
+
 def test_policies_are_selected_by_name():
     assert isinstance(make_policy("weighted_lru"), Weighted)
     assert {make_policy(n).name for n in ("lru", "lfu", "weighted", "gdsf")} == {

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,19 @@ def verify_manifest(resolved: ResolvedVersion, public_keys: dict[str, str]) -> N
 class Landed:
     path: Path
     size_bytes: int
+    fetch_ms: float = 0.0  # downloading from the registry, fsync included
+    verify_ms: float = 0.0  # sha256 of every file, the signature, the BLAKE3 seal
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """A verified version folder found at start-up."""
+
+    path: Path
+    version_id: int
+    tenant_id: int
+    size_bytes: int
+    landed_at: float  # wall-clock seconds
 
 
 class DiskTier:
@@ -95,6 +109,8 @@ class DiskTier:
 
         Raises IntegrityFailure if the registry's bytes do not match the signed manifest.
         """
+        started = time.perf_counter()
+        fetch_s = 0.0
         verify_manifest(resolved, public_keys)
         final = self.folder(resolved)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -103,9 +119,11 @@ class DiskTier:
             seal: dict[str, dict[str, Any]] = {}
             for name, sha, _ in resolved.files:
                 dest = tmp / name
+                fetch_started = time.perf_counter()
                 store.download(f"{resolved.storage_prefix}/{name}", dest)
                 with dest.open("rb") as fh:
                     os.fsync(fh.fileno())
+                fetch_s += time.perf_counter() - fetch_started
                 if sha256_file(dest) != sha:
                     raise IntegrityFailure(
                         f"{resolved.label}: {name} from the registry does not match its signed "
@@ -118,6 +136,8 @@ class DiskTier:
                         "manifest": resolved.manifest,
                         "signature": resolved.signature,
                         "signing_key_id": resolved.signing_key_id,
+                        "version_id": resolved.version_id,
+                        "tenant_id": resolved.tenant_id,
                     }
                 )
             )
@@ -132,7 +152,13 @@ class DiskTier:
             _fsync_dir(final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return Landed(final, sum(size for _, _, size in resolved.files))
+        total_ms = (time.perf_counter() - started) * 1000
+        return Landed(
+            final,
+            sum(size for _, _, size in resolved.files),
+            fetch_ms=fetch_s * 1000,
+            verify_ms=total_ms - fetch_s * 1000,
+        )
 
     def check(self, resolved: ResolvedVersion) -> Path:
         """The sealed-file check done on every load. Raises IntegrityFailure on any mismatch."""
@@ -166,6 +192,11 @@ class DiskTier:
     def evict(self, resolved: ResolvedVersion) -> None:
         shutil.rmtree(self.folder(resolved), ignore_errors=True)
 
+    def remove(self, folder: Path) -> None:
+        """Delete one version folder under this tier's root (never anything else)."""
+        if folder.resolve().is_relative_to(self.root.resolve()) and folder != self.root:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def listing(self) -> list[dict]:
         """Every landed version folder with its size and last modification."""
         rows = []
@@ -184,7 +215,7 @@ class DiskTier:
     def usage_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
 
-    def rebuild(self, public_keys: dict[str, str]) -> list[Path]:
+    def rebuild(self, public_keys: dict[str, str]) -> list[OnDisk]:
         """At start: keep only folders whose files pass the full sha256 + signature check.
 
         Half-landed temporary folders and anything that fails are deleted. Returns the
@@ -205,11 +236,19 @@ class DiskTier:
                 for name, sha in manifest["files"].items():
                     if sha256_file(folder / name) != sha:
                         raise IntegrityFailure(name)
-                if not (folder / SEAL).exists():
+                seal = folder / SEAL
+                if not seal.exists():
                     raise IntegrityFailure("unsealed")
-            except (OSError, ValueError, KeyError, IntegrityFailure) as exc:
+                entry = OnDisk(
+                    path=folder,
+                    version_id=int(record["version_id"]),
+                    tenant_id=int(record["tenant_id"]),
+                    size_bytes=sum((folder / name).stat().st_size for name in manifest["files"]),
+                    landed_at=seal.stat().st_mtime,
+                )
+            except (OSError, ValueError, KeyError, TypeError, IntegrityFailure) as exc:
                 logger.warning("dropping %s from the disk cache: %s", folder, exc)
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
-            kept.append(folder)
+            kept.append(entry)
         return kept

@@ -150,21 +150,29 @@ class Weighted:
 
 @dataclass
 class GDSF:
-    """GreedyDual-Size-Frequency. Holds one number of state, the clock ``L``."""
+    """GreedyDual-Size-Frequency: value = L + frequency x cost / size, where L is the clock
+    *as of the resident's last access*. The clock rises to each victim's value, so a resident
+    not touched since keeps an old, low L and ages out; a fresh access re-bases it."""
 
     clock: float = 0.0
     name: str = "gdsf"
+    _base: dict[tuple, tuple[float, float]] = field(default_factory=dict)  # key -> (used, L)
 
     def value(self, resident: Resident, now: float) -> float:
+        seen = self._base.get(resident.key)
+        if seen is None or seen[0] != resident.last_used:  # new, or accessed since
+            seen = (resident.last_used, self.clock)
+            self._base[resident.key] = seen
         size_mb = max(resident.size_bytes / 1048576, 1e-6)
         cost = max(resident.reload_cost_ms, 1e-3)
-        return self.clock + (resident.decayed_hits(now) + 1.0) * cost / size_mb
+        return seen[1] + (resident.decayed_hits(now) + 1.0) * cost / size_mb
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
         return -self.value(resident, now) + (1e6 if resident.deprecated else 0.0)
 
     def on_evict(self, resident: Resident, now: float) -> None:
         self.clock = max(self.clock, self.value(resident, now))
+        self._base.pop(resident.key, None)
 
 
 def make_policy(name: str, weights: Weights | None = None) -> Policy:
@@ -193,6 +201,17 @@ def guaranteed_shares(capacity: int, priorities: Mapping[int, int]) -> dict[int,
     }
 
 
+def rank(
+    residents: Iterable[Resident], *, policy: Policy, now: float, pressure: float = 0.0
+) -> list[Resident]:
+    """Residents in eviction order under ``policy``: the first should go first."""
+    pool = list(residents)
+    prepare = getattr(policy, "prepare", None)
+    if prepare is not None:
+        prepare(pool, now)
+    return sorted(pool, key=lambda r: policy.score(r, now, pressure), reverse=True)
+
+
 def select_victims(
     residents: Iterable[Resident],
     *,
@@ -216,19 +235,23 @@ def select_victims(
     pool = [r for r in everyone if not r.pinned]
     free = capacity - len(everyone)
     needed = max(0, slots_needed - max(free, 0))
-    if needed == 0:
-        return []
-    prepare = getattr(policy, "prepare", None)
-    if prepare is not None:
-        prepare(pool, now)
-    ranked = sorted(pool, key=lambda r: policy.score(r, now, pressure), reverse=True)
     counts: dict[int, int] = {}
     for r in everyone:
         counts[r.tenant_id] = counts.get(r.tenant_id, 0) + 1
     quota = (quotas or {}).get(requester) if requester is not None else None
-    if requester is not None and quota is not None and counts.get(requester, 0) >= quota:
+    # A tenant at its quota makes room from its own residents, even when the cache has room.
+    over_quota = (
+        requester is not None
+        and quota is not None
+        and counts.get(requester, 0) + slots_needed > quota
+    )
+    if needed == 0 and not over_quota:
+        return []
+    ranked = rank(pool, policy=policy, now=now, pressure=pressure)
+    if over_quota:
+        assert requester is not None and quota is not None
         own = [r for r in ranked if r.tenant_id == requester]
-        over = counts[requester] - quota + slots_needed
+        over = counts.get(requester, 0) - quota + slots_needed
         return own[: max(needed, over)]
     priorities = {r.tenant_id: r.tenant_priority for r in everyone}
     shares = guaranteed_shares(capacity, priorities)

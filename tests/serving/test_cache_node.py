@@ -1,0 +1,348 @@
+"""The four-tier cache on a real node: vLLM (2 device slots, 4 host slots), S3, PostgreSQL.
+
+Each test starts from an empty cache (``/internal/evict`` with ``all``), sets the cache
+configuration it needs through the operator's ``PUT /api/cache-config`` (the node applies it
+live), and puts the file's configuration back afterwards. The extra demo adapters are
+untrained: they fill tiers; the trained ones check that the right weights answered.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+
+import httpx
+import pytest
+
+from apps.registry.aliases import load_version
+from apps.serving import demo_corpus as corpus
+from apps.serving.config import SETTINGS_ID
+from apps.serving.demo_assets import build_extra_adapters
+from apps.serving.models import CacheSettings
+from apps.tenants import services as tenant_services
+from apps.tenants.choices import Priority
+from apps.tenants.events import publish_change
+from tests.conftest import NODE_INTERNAL_TOKEN
+from tests.helpers import key_client, publish, user_client
+
+pytestmark = pytest.mark.engine
+
+PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
+V1 = corpus.PHRASES["support-v1"]
+INTERNAL = {"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}
+
+
+class Cache:
+    """Drives one node and the control plane for a test."""
+
+    def __init__(self, url: str, operator_client) -> None:
+        self.url = url
+        self.operator = operator_client
+
+    def internal(self, path: str, body: dict | None = None) -> httpx.Response:
+        if body is None:
+            return httpx.get(f"{self.url}/internal/{path}", headers=INTERNAL, timeout=60)
+        return httpx.post(f"{self.url}/internal/{path}", json=body, headers=INTERNAL, timeout=60)
+
+    def state(self) -> dict:
+        return self.internal("cache").json()
+
+    def in_engine(self) -> set[int]:
+        tiers = self.state()["tiers"]
+        return {row["version_id"] for row in tiers["L1"] + tiers["L2"]}
+
+    def on_disk(self) -> set[int]:
+        return {row["version_id"] for row in self.state()["tiers"]["L3"]}
+
+    def configure(self, change) -> dict:
+        """Change the stored configuration (``change`` edits the dict) and wait until the
+        node runs with it."""
+        config = self.operator.get("/api/cache-config").json()
+        change(config["adapter_cache"])
+        response = self.operator.put(
+            "/api/cache-config", json.dumps(config), content_type="application/json"
+        )
+        assert response.status_code == 200, response.content
+        self.wait_for(config)
+        return response.json()
+
+    def wait_for(self, config: dict) -> None:
+        cache = config["adapter_cache"]
+        wanted = (
+            {"weighted_lru": "weighted"}.get(
+                cache["gpu_hot"]["eviction_policy"], cache["gpu_hot"]["eviction_policy"]
+            ),
+            cache["cpu_warm"]["ttl_minutes"] * 60.0,
+            cache["load_queue"]["max_pending"],
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            state = self.state()
+            limits = state["limits"]
+            running = (state["policy"], limits["warm_ttl_s"], limits["max_pending_loads"])
+            if running == wanted:
+                return
+            assert time.monotonic() < deadline, f"the node still runs {running}, not {wanted}"
+            time.sleep(0.05)
+
+    def metric(self, name: str, **labels: str) -> float:
+        total = 0.0
+        for line in httpx.get(f"{self.url}/metrics", headers=INTERNAL).text.splitlines():
+            if line.startswith("#"):
+                continue
+            series, value = line.rsplit(" ", 1)
+            if series.split("{")[0] == name and all(
+                f'{k}="{v}"' in series for k, v in labels.items()
+            ):
+                total += float(value)
+        return total
+
+
+def ask(key: str, url: str, model: str, max_tokens: int = 2) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0},
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def cache(node_url, published, tenant_a, tenant_b, reviewer, operator, demo_dir):
+    """Tenant A: aliases x0..x5 and `support` → support-v1; tenant B: alias `b0`. The x and b
+    versions carry the same untrained weights (one size, one load cost: only use differs).
+    The node's cache emptied."""
+    (extra,) = build_extra_adapters(demo_dir=demo_dir, count=1)
+    versions = {f"x{i}": publish(tenant_a, f"extra-{i}", "v1", extra, reviewer) for i in range(6)}
+    versions["b0"] = publish(tenant_b, "bextra", "v1", extra, reviewer)
+    versions["support"] = published["v1"]
+    _, a_key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
+    _, b_key = tenant_services.issue_api_key(tenant=tenant_b, name="app", actor=None)
+    control_a, control_b = key_client(tenant_a), key_client(tenant_b)
+    for name, version_id in versions.items():
+        control = control_b if name == "b0" else control_a
+        response = control.put(
+            f"/api/aliases/{name}", {"version_id": version_id}, content_type="application/json"
+        )
+        assert response.status_code == 200, response.content
+    driver = Cache(node_url, user_client("otto", "otto-pass-123"))
+    assert driver.internal("evict", {"all": True, "tier": "L3"}).status_code == 200
+    assert driver.in_engine() == set() and driver.on_disk() == set()
+    driver.versions = versions  # type: ignore[attr-defined]
+    driver.keys = {"a": a_key, "b": b_key}  # type: ignore[attr-defined]
+    yield driver
+    # back to the node's own file; the row was already cleared with the tables, or not
+    CacheSettings.objects.filter(pk=SETTINGS_ID).delete()
+    publish_change("cache_config")
+    driver.wait_for(driver.operator.get("/api/cache-config").json())
+
+
+def tier_of(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.headers["x-lorahub-cache-tier"]
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu", "weighted", "gdsf"])
+def test_each_policy_decides_what_a_scan_of_one_off_adapters_evicts(cache, policy):
+    """x0 is requested ten times, then five one-off adapters pass through four host slots.
+    Plain LRU evicts the popular x0; the frequency-aware policies keep it (the seed's rule of
+    thumb: frequently used adapters stay) and evict the oldest one-offs instead."""
+
+    def use(change):
+        change["gpu_hot"]["eviction_policy"] = policy
+
+    cache.configure(use)
+    key, v = cache.keys["a"], cache.versions
+    tiers = [tier_of(ask(key, cache.url, "x0")) for _ in range(10)]
+    evicted_before = cache.metric("adapter_eviction_count_total", tier="L2")
+    tiers += [tier_of(ask(key, cache.url, f"x{i}")) for i in range(1, 6)]
+    assert cache.metric("adapter_eviction_count_total", tier="L2") == evicted_before + 2
+    in_engine = cache.in_engine()
+    tiers.append(tier_of(ask(key, cache.url, "x0")))
+    assert tiers[:15] == ["L4"] + ["L1"] * 9 + ["L4"] * 5
+    if policy == "lru":
+        assert in_engine == {v["x2"], v["x3"], v["x4"], v["x5"]}
+        assert tiers[15] == "L3"  # evicted from the engine, back from disk
+    else:
+        if policy == "gdsf":  # among equals it keeps the costliest to reload: not by age
+            assert {v["x0"], v["x4"], v["x5"]} < in_engine
+        else:  # the oldest one-offs went
+            assert in_engine == {v["x0"], v["x3"], v["x4"], v["x5"]}
+        assert tiers[15] == "L2"  # still in the host cache; the device slots hold x4, x5
+    assert len(cache.in_engine()) == 4  # the engine never holds more than max_cpu_loras
+
+
+def test_twenty_concurrent_requests_for_a_cold_adapter_fetch_and_load_it_once(cache, s3_server):
+    """The node admits 4 + 16 requests; all 20 wait for the same load, then generate."""
+    resolved = load_version(cache.versions["support"])
+    ask(cache.keys["a"], cache.url, corpus.BASE_MODEL_NAME)  # the API key is known
+    loads_before = cache.metric("adapter_load_latency_ms_count", source_tier="L4")
+    httpx.post(f"{s3_server}/moto-api/recorder/reset-recording")
+    httpx.post(f"{s3_server}/moto-api/recorder/start-recording")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(20) as pool:
+            responses = list(
+                pool.map(
+                    lambda _: ask(cache.keys["a"], cache.url, "support", max_tokens=12), range(20)
+                )
+            )
+    finally:
+        httpx.post(f"{s3_server}/moto-api/recorder/stop-recording")
+    recording = httpx.get(f"{s3_server}/moto-api/recorder/download-recording").text
+    gets = [
+        json.loads(line)["url"]
+        for line in recording.splitlines()
+        if line and json.loads(line)["method"] == "GET"
+    ]
+    assert all(r.status_code == 200 for r in responses), [
+        r.text for r in responses if r.status_code != 200
+    ]
+    tiers = [r.headers["x-lorahub-cache-tier"] for r in responses]
+    assert tiers.count("L4") >= 2, tiers  # several waited on the one load
+    assert set(tiers) <= {"L4", "L1", "L2"}, tiers  # the late ones found it loaded
+    assert all(r.json()["choices"][0]["text"].strip().startswith(V1) for r in responses)
+    for name, _, _ in resolved.files:  # one GET per file of the version, at the server
+        assert sum(1 for url in gets if url.endswith(f"{resolved.storage_prefix}/{name}")) == 1
+    assert cache.metric("adapter_load_latency_ms_count", source_tier="L4") == loads_before + 1
+
+
+def test_the_disk_tier_keeps_to_its_size_cap_evicting_by_policy(cache):
+    v = cache.versions
+    size = sum(s for _, _, s in load_version(v["x1"]).files)  # each x version's
+
+    def cap(change):
+        change["gpu_hot"]["eviction_policy"] = "lru"
+        change["disk_cache"]["max_size_gb"] = 2.5 * size / 1024**3  # room for two
+
+    cache.configure(cap)
+    evicted_before = cache.metric("adapter_eviction_count_total", tier="L3")
+    for version_id in (v["x1"], v["x3"], v["x5"]):
+        warmed = cache.internal("warm", {"version_id": version_id, "tier": "L3"})
+        assert warmed.status_code == 200, warmed.text
+    assert cache.on_disk() == {v["x3"], v["x5"]}  # the least recently used went
+    assert cache.state()["disk_bytes"] <= 2.5 * size
+    assert cache.metric("adapter_eviction_count_total", tier="L3") == evicted_before + 1
+    assert tier_of(ask(cache.keys["a"], cache.url, "x1")) == "L4"  # fetched again
+
+
+def test_an_idle_adapter_leaves_the_engine_after_its_ttl_and_stays_on_disk(cache):
+    def short_ttl(change):
+        change["cpu_warm"]["ttl_minutes"] = 0.02  # 1.2 s
+
+    cache.configure(short_ttl)
+    v = cache.versions["x0"]
+    assert tier_of(ask(cache.keys["a"], cache.url, "x0")) == "L4"
+    assert v in cache.in_engine()
+    deadline = time.monotonic() + 10
+    while v in cache.in_engine():
+        assert time.monotonic() < deadline, "the idle adapter outlived its TTL"
+        time.sleep(0.2)
+    assert v in cache.on_disk()
+    assert tier_of(ask(cache.keys["a"], cache.url, "x0")) == "L3"
+
+
+def test_a_one_tenant_burst_keeps_to_its_quota_and_leaves_the_other_tenants_share(cache, tenant_a):
+    v = cache.versions
+    assert tier_of(ask(cache.keys["b"], cache.url, "b0")) == "L4"
+    # with a warm quota of 2, tenant A's burst displaces its own adapters only
+    tenant_services.set_quota(tenant=tenant_a, actor=None, max_warm_adapters=2)
+    for i in range(6):
+        assert tier_of(ask(cache.keys["a"], cache.url, f"x{i}")) == "L4"
+        in_engine = cache.in_engine()
+        mine = in_engine & {v[f"x{n}"] for n in range(6)}
+        assert len(mine) <= 2 and v[f"x{i}"] in mine
+        assert v["b0"] in in_engine
+    assert cache.metric("per_tenant_adapter_quota_usage", tenant="tenant-a") == 1.0
+    # without a tight quota, A may take the free room, but not B's guaranteed share
+    tenant_services.set_quota(tenant=tenant_a, actor=None, max_warm_adapters=8)
+    for i in range(6):
+        tier_of(ask(cache.keys["a"], cache.url, f"x{i}"))
+        assert v["b0"] in cache.in_engine()
+    assert len(cache.in_engine()) == 4
+
+
+def test_overload_degrades_to_the_base_model_or_answers_503_by_tenant_tier(
+    cache, tenant_b, reviewer, demo_dir
+):
+    """Standard tenants degrade, batch tenants get 503; the load goes on either way."""
+
+    def no_waiting(change):
+        change["load_queue"]["sla"]["standard"] = {"deadline_ms": 0, "on_overload": "degrade"}
+        change["load_queue"]["sla"]["batch"] = {"deadline_ms": 0, "on_overload": "reject"}
+
+    cache.configure(no_waiting)
+    base = ask(cache.keys["b"], cache.url, corpus.BASE_MODEL_NAME, max_tokens=12)
+    degraded = ask(cache.keys["b"], cache.url, "b0", max_tokens=12)
+    assert degraded.status_code == 200, degraded.text
+    assert degraded.headers["x-lorahub-cache-tier"] == "base"
+    assert degraded.headers["x-lorahub-degraded"] == "1"
+    assert degraded.json()["choices"][0]["text"] == base.json()["choices"][0]["text"]
+    deadline = time.monotonic() + 10
+    while cache.versions["b0"] not in cache.in_engine():  # the load carried on
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    warm = ask(cache.keys["b"], cache.url, "b0")
+    assert tier_of(warm) in ("L1", "L2") and "x-lorahub-degraded" not in warm.headers
+
+    batch = tenant_services.create_tenant(slug="tenant-c", name="C", priority=Priority.BATCH)
+    version_id = publish(batch, "legal", "v1", demo_dir / "adapters" / "legal-v1", reviewer)
+    assert (
+        key_client(batch)
+        .put("/api/aliases/legal", {"version_id": version_id}, content_type="application/json")
+        .status_code
+        == 200
+    )
+    _, c_key = tenant_services.issue_api_key(tenant=batch, name="app", actor=None)
+    refused = ask(c_key, cache.url, "legal")
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "load_deadline"
+    assert int(refused.headers["retry-after"]) >= 1
+    deadline = time.monotonic() + 10
+    while True:  # the retry the header asks for finds it loaded
+        retried = ask(c_key, cache.url, "legal", max_tokens=12)
+        if retried.status_code == 200:
+            break
+        assert time.monotonic() < deadline, retried.text
+        time.sleep(0.2)
+    assert retried.json()["choices"][0]["text"].strip().startswith(corpus.PHRASES["legal-v1"])
+
+
+def test_a_request_storm_over_more_adapters_than_slots_with_a_pin_leaves_the_engine_alive(
+    cache,
+):
+    """vLLM kills its engine core when every slot is pinned and another adapter is asked
+    for; the node pins at most max_loras - 1, so a storm over six adapters is survived."""
+    v = cache.versions
+    pinned = cache.internal("warm", {"version_id": v["support"], "tier": "L1"})
+    assert pinned.status_code == 200, pinned.text
+    second = cache.internal("warm", {"version_id": v["x0"], "tier": "L1"})
+    assert second.status_code == 409 and second.json()["error"]["code"] == "pin_limit"
+    models = [f"x{i % 6}" for i in range(36)]
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        responses = list(pool.map(lambda m: ask(cache.keys["a"], cache.url, m), models))
+    assert [r.status_code for r in responses] == [200] * len(models), [
+        r.text for r in responses if r.status_code != 200
+    ]
+    assert httpx.get(f"{cache.url}/healthz").json()["engine"] == "ready"
+    text = ask(cache.keys["a"], cache.url, "support", max_tokens=12).json()["choices"][0]["text"]
+    assert text.strip().startswith(V1)
+    state = cache.state()
+    assert [row["version_id"] for row in state["tiers"]["L1"] if row["pinned"]] == [v["support"]]
+
+
+def test_prewarm_loads_the_most_requested_versions(cache, tenant_a):
+    for _ in range(3):
+        tier_of(ask(cache.keys["a"], cache.url, "support"))
+    tier_of(ask(cache.keys["a"], cache.url, "x0"))
+    from apps.serving.models import RequestMinute
+
+    deadline = time.monotonic() + 10
+    while not RequestMinute.objects.filter(tenant=tenant_a, alias="x0").exists():
+        assert time.monotonic() < deadline, "request statistics were not written"
+        time.sleep(0.2)
+    assert cache.internal("evict", {"all": True, "tier": "L3"}).status_code == 200
+    warmed = cache.internal("prewarm", {}).json()["warmed"]
+    assert warmed[:2] == ["support@v1", "extra-0@v1"]  # most requested first
+    assert {cache.versions["support"], cache.versions["x0"]} <= cache.in_engine()
+    assert tier_of(ask(cache.keys["a"], cache.url, "support")) in ("L1", "L2")
