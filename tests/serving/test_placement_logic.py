@@ -1,0 +1,262 @@
+"""The cache manager's decisions with a stand-in engine: pure logic, no vLLM.
+
+The stand-in records what the manager asks of the engine and can make an add slow, so that
+queueing, deadlines and single-flight are checked deterministically. The real engine runs in
+``test_cache_node.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+import pytest
+
+from apps.registry import signing
+from apps.registry.aliases import ResolvedVersion
+from apps.registry.storage import LocalStore
+from apps.registry.validation import sha256_file
+from apps.serving.cache.gate import DeviceGate
+from apps.serving.cache.policy import LRU
+from apps.serving.placement import (
+    Limits,
+    LoadDeadline,
+    LoadQueueFull,
+    Owner,
+    PinLimit,
+    Placement,
+)
+
+
+@dataclass
+class Settings:
+    max_loras: int = 2
+    max_cpu_loras: int = 3
+
+
+class StandInEngine:
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self.adds: list[int] = []
+        self.removed: list[int] = []
+        self.pinned: list[int] = []
+        self.add_delay = 0.0
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def add_adapter(self, handle) -> bool:
+        await self.gate.wait()
+        await asyncio.sleep(self.add_delay)
+        self.adds.append(handle.lora_id)
+        return True
+
+    async def remove_adapter(self, lora_id: int) -> bool:
+        self.removed.append(lora_id)
+        return True
+
+    async def pin_adapter(self, lora_id: int) -> bool:
+        self.pinned.append(lora_id)
+        return True
+
+
+@pytest.fixture
+def world(tmp_path, demo_dir):
+    """A local registry holding support-v1 and a factory of signed versions of it."""
+    key = signing.load_private_key(signing.generate_private_key_pem())
+    store = LocalStore(tmp_path / "registry")
+    prefix = "tenants/t/adapters/support/v1"
+    files = []
+    for path in sorted((demo_dir / "adapters" / "support-v1").iterdir()):
+        store.put(f"{prefix}/{path.name}", path.read_bytes())
+        files.append((path.name, sha256_file(path), path.stat().st_size))
+    manifest = {"files": {name: sha for name, sha, _ in files}}
+    public = signing.public_key_b64(key)
+    base = ResolvedVersion(
+        tenant_id=1,
+        tenant_slug="t",
+        alias="support",
+        adapter_id="support",
+        version_id=1,
+        version="v1",
+        base_model="lorahub-demo-tiny",
+        base_model_revision="r1",
+        rank=8,
+        storage_prefix=prefix,
+        files=tuple(files),
+        manifest=manifest,
+        signature=signing.sign_manifest(key, manifest),
+        signing_key_id=signing.key_id(public),
+        is_canary=False,
+    )
+
+    def version(n: int, tenant: int = 1) -> ResolvedVersion:
+        return replace(base, version_id=n, version=f"v{n}", tenant_id=tenant)
+
+    engine = StandInEngine()
+    placement = Placement(
+        engine=engine,  # type: ignore[arg-type]
+        store=store,
+        root=tmp_path / "disk",
+        public_keys=lambda: {signing.key_id(public): public},
+        policy=LRU(),
+        limits=Limits(max_pending=2),
+    )
+    return placement, engine, version
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_concurrent_requests_for_a_cold_version_share_one_fetch_and_one_add(world):
+    placement, engine, version = world
+
+    async def scenario():
+        engine.add_delay = 0.05
+        return await asyncio.gather(*(placement.place(version(1)) for _ in range(20)))
+
+    placed = run(scenario())
+    assert engine.adds == [1]
+    assert {p.tier for p in placed} == {"L4"}
+    assert set(placed[0].timings) == {"fetch_ms", "verify_ms", "add_ms"}
+
+
+def test_a_missed_deadline_raises_but_the_load_carries_on(world):
+    placement, engine, version = world
+
+    async def scenario():
+        engine.add_delay = 0.2
+        with pytest.raises(LoadDeadline):
+            await placement.place(version(1), deadline_s=0.01)
+        await asyncio.sleep(0.4)
+        return await placement.place(version(1), deadline_s=0.0)
+
+    found = run(scenario())  # loaded by the first request's load, which went on
+    assert found.tier in ("L1", "L2") and found.load_ms == 0
+    assert engine.adds == [1]
+
+
+def test_a_full_load_queue_refuses_or_waits_by_mode(world):
+    placement, engine, version = world
+
+    async def scenario():
+        engine.gate.clear()  # adds block until released
+        first = asyncio.ensure_future(placement.place(version(1)))
+        second = asyncio.ensure_future(placement.place(version(2)))
+        await asyncio.sleep(0.05)
+        assert placement.loading() == 2  # max_pending
+        with pytest.raises(LoadQueueFull):
+            await placement.place(version(3), wait_for_room=False)
+        with pytest.raises(LoadDeadline):
+            await placement.place(version(3), deadline_s=0.05)
+        waiting = asyncio.ensure_future(placement.place(version(3)))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        engine.gate.set()
+        await asyncio.gather(first, second)
+        return await waiting
+
+    assert run(scenario()).handle.lora_id == 3
+    assert sorted(engine.adds) == [1, 2, 3]
+
+
+def test_requests_for_loaded_versions_never_wait_behind_a_cold_load(world):
+    placement, engine, version = world
+
+    async def scenario():
+        await placement.place(version(1))
+        engine.gate.clear()
+        cold = asyncio.ensure_future(placement.place(version(2)))
+        await asyncio.sleep(0.02)
+        hot = await asyncio.wait_for(placement.place(version(1)), timeout=0.5)
+        assert not cold.done()
+        engine.gate.set()
+        await cold
+        return hot
+
+    assert run(scenario()).tier in ("L1", "L2")
+
+
+def test_a_version_in_use_is_never_removed_a_load_waits_for_it_instead(world):
+    placement, engine, version = world
+
+    async def scenario():
+        for n in (1, 2, 3):  # fill the three host slots, each held by a running request
+            await placement.place(version(n), hold=True)
+        fourth = asyncio.ensure_future(placement.place(version(4)))
+        await asyncio.sleep(0.05)
+        assert not fourth.done() and engine.removed == []
+        placement.release(2)
+        await asyncio.wait_for(fourth, timeout=1)
+
+    run(scenario())
+    assert engine.removed == [2]
+
+
+def test_a_tenant_at_its_warm_quota_displaces_its_own_version(world):
+    placement, engine, version = world
+    tight = Owner(tenant_id=1, warm_quota=1)
+
+    async def scenario():
+        await placement.place(version(10, tenant=2), owner=Owner(tenant_id=2))
+        await placement.place(version(1), owner=tight)
+        await placement.place(version(2), owner=tight)
+
+    run(scenario())
+    assert engine.removed == [1]
+    assert placement.holds(10) and placement.holds(2)
+
+
+def test_pins_stop_at_max_loras_minus_one_and_at_the_tenants_hot_quota(world):
+    placement, engine, version = world
+    engine.settings.max_loras = 3
+
+    async def scenario():
+        await placement.pin(version(1), owner=Owner(tenant_id=1, hot_quota=1))
+        with pytest.raises(PinLimit, match="hot quota"):
+            await placement.pin(version(2), owner=Owner(tenant_id=1, hot_quota=1))
+        await placement.pin(version(3, tenant=2))
+        with pytest.raises(PinLimit, match="max_loras - 1 = 2"):
+            await placement.pin(version(4, tenant=3))
+
+    run(scenario())
+    assert engine.pinned == [1, 3]
+
+
+def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
+    placement, _, version = world
+    size = sum(s for _, _, s in version(1).files)
+    placement.limits = Limits(disk_bytes=int(2.5 * size))
+
+    async def scenario():
+        await placement.place(version(1))  # in the engine: stays on disk
+        for n in (2, 3, 4):
+            await asyncio.to_thread(placement.to_disk, version(n))
+
+    run(scenario())
+    on_disk = {row["version_id"] for row in placement.residents()["L3"]}
+    assert on_disk == {1, 4}  # 2 and 3 were the least recently used outside the engine
+
+
+# --- the device-slot gate -------------------------------------------------------------------
+
+
+def test_the_gate_admits_at_most_the_free_device_slots_of_distinct_adapters():
+    async def scenario():
+        slots = {"n": 1}
+        gate = DeviceGate(lambda: slots["n"])
+        await gate.enter(1, pinned=False)
+        await gate.enter(1, pinned=False)  # the same adapter shares its slot
+        await gate.enter(None, pinned=False)  # the base model needs no slot
+        await gate.enter(7, pinned=True)  # a pinned one has its own
+        blocked = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        gate.leave(1)
+        await asyncio.sleep(0.01)
+        assert not blocked.done()  # one request of adapter 1 is still in the batch
+        gate.leave(1)
+        await asyncio.wait_for(blocked, timeout=1)
+        assert gate.active() == {2}
+
+    run(scenario())
