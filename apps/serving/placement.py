@@ -99,6 +99,7 @@ class Limits:
     max_fetches: int = 2
     max_loads: int = 1
     max_pending: int = 16
+    verify_checksum: bool = True  # BLAKE3 on every L3 load, not only the stat seal
 
     @classmethod
     def from_config(cls, config: CacheConfig) -> Limits:
@@ -110,6 +111,7 @@ class Limits:
             max_fetches=cache.load_queue.max_concurrent_fetches,
             max_loads=cache.load_queue.max_concurrent_loads,
             max_pending=cache.load_queue.max_pending,
+            verify_checksum=cache.disk_cache.verify_checksum,
         )
 
 
@@ -199,7 +201,7 @@ class Placement:
         if self.disk.has(resolved):
             started = time.perf_counter()
             try:
-                self.disk.check(resolved)
+                self.disk.check(resolved, hash_bytes=self.limits.verify_checksum)
                 timings["check_ms"] = (time.perf_counter() - started) * 1000
                 self._note_on_disk(resolved, touched=True)
                 return "L3", timings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -74,6 +75,15 @@ def test_one_flipped_byte_on_disk_fails_the_check(setup):
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with mtime restored
+    with pytest.raises(IntegrityFailure, match="changed on disk"):  # ctime cannot be restored
+        disk.check(resolved, hash_bytes=False)
+    # bytes that rot with every stat field intact (as if the seal were made after): BLAKE3
+    seal_path = path.parent / ".seal.json"
+    seal = json.loads(seal_path.read_text())
+    now = path.stat()
+    seal[path.name].update(mtime_ns=now.st_mtime_ns, ctime_ns=now.st_ctime_ns)
+    seal_path.write_text(json.dumps(seal))
+    disk.check(resolved, hash_bytes=False)  # the stat-only check cannot see this
     with pytest.raises(IntegrityFailure, match="does not match its seal"):
         disk.check(resolved)
 
