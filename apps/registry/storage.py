@@ -149,6 +149,13 @@ class S3Store:
         import boto3
         from botocore.config import Config
 
+        self._settings = {
+            "endpoint": endpoint,
+            "bucket": bucket,
+            "region": region,
+            "access_key": access_key,
+            "secret_key": secret_key,
+        }
         self.bucket = bucket
         self.client = boto3.client(
             "s3",
@@ -163,6 +170,11 @@ class S3Store:
                 read_timeout=60,
             ),
         )
+
+    def __reduce__(self):
+        """A boto3 client cannot be pickled: another process (the node's download worker)
+        gets the settings and makes its own."""
+        return (_make_s3_store, (self._settings,))
 
     def _errors(self):
         from botocore.exceptions import BotoCoreError, ClientError
@@ -254,6 +266,10 @@ class S3Store:
             batch = [{"Key": k} for k in keys[start : start + 1000]]
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch})
         return len(keys)
+
+
+def _make_s3_store(settings: dict) -> S3Store:
+    return S3Store(**settings)
 
 
 @lru_cache(maxsize=1)

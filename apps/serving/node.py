@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
+from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
 from apps.serving.config import effective_config
@@ -197,6 +198,7 @@ class Node:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         # On the loop's thread, so vLLM cancels its output handler before the core exits.
         self.engine.shutdown()
+        download.stop()
         await asyncio.to_thread(self.stats.stop)
 
     async def _start_engine(self) -> None:
@@ -211,6 +213,10 @@ class Node:
             # Without the registry's keys nothing on disk can be trusted: start empty.
             logger.exception("could not re-verify the disk cache; clearing it")
             await asyncio.to_thread(self.placement.disk.clear)
+        try:
+            await asyncio.to_thread(download.start)
+        except Exception:
+            logger.exception("the download worker did not start; cold loads will retry it")
         try:
             await asyncio.to_thread(self.engine.start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
+from apps.serving.cache import download
 from apps.serving.cache.disk import DiskTier, IntegrityFailure, OnDisk
 from apps.serving.cache.gate import DeviceGate
 from apps.serving.cache.policy import Policy, Resident, make_policy, rank, select_victims
@@ -212,7 +213,7 @@ class Placement:
                 if self.on_integrity_failure:
                     self.on_integrity_failure(resolved, "L3", str(exc))
         try:
-            landed = self.disk.land(resolved, self.store, self.public_keys())
+            landed = download.land(self.disk.root, resolved, self.store, self.public_keys())
         except IntegrityFailure as exc:
             self.quarantined.add(resolved.version_id)
             if self.on_integrity_failure:
@@ -394,7 +395,7 @@ class Placement:
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
             tier, timings = await asyncio.to_thread(self.to_disk, resolved)
         else:
-            async with self._fetch_slots:
+            async with self._fetch_slots:  # the download runs in another process
                 tier, timings = await asyncio.to_thread(self.to_disk, resolved)
         async with self._load_slots:
             await self._make_room(owner, incoming=sum(s for _, _, s in resolved.files))
