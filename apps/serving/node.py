@@ -359,6 +359,8 @@ class Node:
                 in_use.add(current.canary.version_id)
                 if current.canary.servable and await self.signature_ok(current.canary):
                     await asyncio.to_thread(self.placement.to_disk, current.canary)
+            for version_id in in_use:  # e.g. rolled back to: no longer on its way out
+                self.placement.deprecate(version_id, False)
             if previous is not None:
                 for old in (previous.stable, previous.canary):
                     if old is not None and old.version_id not in in_use:
@@ -369,6 +371,7 @@ class Node:
     async def _demote(self, version_id: int, patience_s: float = 120.0) -> None:
         """Take a version the alias stopped using out of the engine once its last running
         request is done (removing it under one would kill the engine core)."""
+        self.placement.deprecate(version_id)  # first to go from disk, too
         deadline = time.monotonic() + patience_s
         while self.placement.in_use(version_id) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)

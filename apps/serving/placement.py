@@ -536,6 +536,13 @@ class Placement:
     def leave_engine(self, lora_id: int | None) -> None:
         self.gate.leave(lora_id)
 
+    def deprecate(self, version_id: int, deprecated: bool = True) -> None:
+        """Mark a version an alias stopped using (or, with False, uses again): the policies
+        evict deprecated versions first, from the engine and from disk."""
+        for tier in (self._residents, self._on_disk):
+            if version_id in tier:
+                tier[version_id] = replace(tier[version_id], deprecated=deprecated)
+
     def in_engine(self) -> int:
         return len(self._residents)
 

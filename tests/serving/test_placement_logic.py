@@ -260,3 +260,18 @@ def test_the_gate_admits_at_most_the_free_device_slots_of_distinct_adapters():
         assert gate.active() == {2}
 
     run(scenario())
+
+
+def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
+    placement, _, version = world
+    size = sum(s for _, _, s in version(1).files)
+
+    async def scenario():
+        for n in (1, 2, 3):
+            await asyncio.to_thread(placement.to_disk, version(n))
+        placement.deprecate(3)  # the most recently used, but replaced by its alias
+        placement.limits = Limits(disk_bytes=int(2.5 * size))
+        placement.trim_disk()
+
+    run(scenario())
+    assert {row["version_id"] for row in placement.residents()["L3"]} == {1, 2}
