@@ -204,12 +204,15 @@ def guaranteed_shares(capacity: int, priorities: Mapping[int, int]) -> dict[int,
 def rank(
     residents: Iterable[Resident], *, policy: Policy, now: float, pressure: float = 0.0
 ) -> list[Resident]:
-    """Residents in eviction order under ``policy``: the first should go first."""
+    """Residents in eviction order under ``policy``: the first should go first.
+
+    Deprecated versions (replaced or rolled back by their alias) go before any other, under
+    every policy; the policy orders each group."""
     pool = list(residents)
     prepare = getattr(policy, "prepare", None)
     if prepare is not None:
         prepare(pool, now)
-    return sorted(pool, key=lambda r: policy.score(r, now, pressure), reverse=True)
+    return sorted(pool, key=lambda r: (r.deprecated, policy.score(r, now, pressure)), reverse=True)
 
 
 def select_victims(
