@@ -196,3 +196,13 @@ def test_normalised_weighted_selection_keeps_the_keeper_among_many():
     others = [resident(f"o{i}", idle_s=60 + i, hits=10, size_mb=30, cost_ms=200) for i in range(6)]
     victims = select_victims([keeper, goer, *others], policy=Weighted(), now=NOW, capacity=8)
     assert [v.key[0] for v in victims] == ["goer"]
+
+
+@pytest.mark.parametrize("policy", [LRU(), LFU(), Weighted(), GDSF()], ids=lambda p: p.name)
+def test_a_deprecated_version_goes_first_under_every_policy(policy):
+    residents = [
+        resident("old-idle", idle_s=600, hits=0),
+        resident("replaced", idle_s=0, hits=9, deprecated=True),
+    ]
+    victims = select_victims(residents, policy=policy, now=NOW, capacity=2)
+    assert [v.key for v in victims] == [("replaced",)]
