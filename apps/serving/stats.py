@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -105,8 +105,15 @@ class StatsRecorder:
 
 
 def write_records(node: str, records: list[RequestRecord]) -> None:
+    # A tenant deleted since its requests were recorded must not fail everyone's batch: its
+    # request rows keep no tenant (as SET_NULL would have left them) and it gets no rollups.
+    ids = {r.tenant_id for r in records if r.tenant_id is not None}
+    known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    gone = ids - known
     rollups: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in records:
+        if r.tenant_id in gone:
+            continue
         minute = r.at.replace(second=0, microsecond=0)
         row = rollups[(minute, r.tenant_id, r.alias, r.adapter_id, r.version)]
         row["requests"] += 1
@@ -121,6 +128,8 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
         row["load_ms_sum"] += r.load_ms
         row["prompt_tokens"] += r.prompt_tokens
         row["completion_tokens"] += r.completion_tokens
+    if gone:
+        records = [replace(r, tenant_id=None) if r.tenant_id in gone else r for r in records]
     with transaction.atomic():
         RequestLog.objects.bulk_create(
             [
