@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
@@ -145,7 +146,9 @@ class Placement:
         self._on_disk: dict[int, Resident] = {}  # L3, by version id
         self._folders: dict[int, Path] = {}
         self._labels: dict[int, str] = {}
-        self._owners: dict[int, tuple[str, Owner]] = {}  # tenant id -> (slug, latest quotas)
+        self._owners: dict[int, tuple[str, Owner]] = {}
+        self._landing_locks: dict[int, threading.Lock] = {}
+        self._landing_locks_guard = threading.Lock()  # tenant id -> (slug, latest quotas)
         self._inflight: dict[int, asyncio.Task] = {}
         self._in_use: dict[int, int] = {}  # requests generating (or about to) per LoRA id
         self._released = asyncio.Event()
@@ -196,8 +199,16 @@ class Placement:
     def to_disk(self, resolved: ResolvedVersion) -> tuple[str, dict[str, float]]:
         """L3 if the sealed copy checks out, else land it from L4 (blocking).
 
-        Returns the tier it was found in and the time spent per step (ms).
+        Returns the tier it was found in and the time spent per step (ms). One caller at a
+        time per version (requests, alias warming, prewarm and the internal API all land
+        versions): a second landing would replace the folder while the engine reads it.
         """
+        with self._landing_locks_guard:
+            lock = self._landing_locks.setdefault(resolved.version_id, threading.Lock())
+        with lock:
+            return self._to_disk(resolved)
+
+    def _to_disk(self, resolved: ResolvedVersion) -> tuple[str, dict[str, float]]:
         timings: dict[str, float] = {}
         if self.disk.has(resolved):
             started = time.perf_counter()
@@ -257,7 +268,8 @@ class Placement:
         over = self.disk_bytes() - self.limits.disk_bytes
         if over <= 0:
             return evicted
-        busy = set(self._residents) | set(self._inflight) | set(keep)
+        landing = {vid for vid, lock in list(self._landing_locks.items()) if lock.locked()}
+        busy = set(self._residents) | set(self._inflight) | set(keep) | landing
         candidates = [r for vid, r in self._on_disk.items() if vid not in busy]
         for victim in rank(candidates, policy=self.policy, now=time.monotonic()):
             if over <= 0:

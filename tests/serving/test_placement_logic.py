@@ -275,3 +275,15 @@ def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
 
     run(scenario())
     assert {row["version_id"] for row in placement.residents()["L3"]} == {1, 2}
+
+
+def test_two_landings_of_one_version_at_once_make_one_download(world):
+    """A request's load and the alias warming can land the same version at the same time; a
+    second landing would replace the folder while the engine reads it."""
+    placement, _, version = world
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        tiers = sorted(tier for tier, _ in pool.map(placement.to_disk, [version(1)] * 4))
+    assert tiers == ["L3", "L3", "L3", "L4"]
+    assert placement.disk.has(version(1))
