@@ -164,11 +164,10 @@ class InternalApi:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
             placement, tier = self.node.placement, body.get("tier", "L3")
             lora_id = resolved.version_id
-            if placement.in_use(lora_id):
+            if placement.busy(lora_id):
                 raise oai.ApiError(
                     409,
-                    f"{resolved.label} is answering {placement.in_use(lora_id)} request(s); "
-                    "evict it once they finish",
+                    f"{resolved.label} is loading or answering requests; evict it once they finish",
                     code="in_use",
                     retry_after=1,
                 )

@@ -588,12 +588,25 @@ class Placement:
                 continue
             await self.remove(lora_id)
             removed += 1
-        if disk:
-            removed += len(self._on_disk)
-            await asyncio.to_thread(self.disk.clear)
-            self._on_disk.clear()
-            self._folders.clear()
+        if disk:  # what is still in the engine, loading or landing keeps its folder
+            for version_id in list(self._on_disk):
+                if version_id in self._residents or self.busy(version_id):
+                    continue
+                folder = self._folders.pop(version_id, None)
+                self._on_disk.pop(version_id, None)
+                if folder is not None:
+                    await asyncio.to_thread(self.disk.remove, folder)
+                removed += 1
         return removed
+
+    def busy(self, version_id: int) -> bool:
+        """Loading into the engine, being landed on disk, or answering requests."""
+        lock = self._landing_locks.get(version_id)
+        return (
+            version_id in self._inflight
+            or version_id in self._in_use
+            or (lock is not None and lock.locked())
+        )
 
     def evict_from_disk(self, resolved: ResolvedVersion) -> None:
         self.disk.evict(resolved)
