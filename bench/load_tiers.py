@@ -89,7 +89,6 @@ async def main(repeats: int, hot_samples: int) -> None:
     from django.conf import settings
 
     from apps.registry import signing
-    from apps.registry.aliases import ResolvedVersion
     from apps.registry.storage import S3Store
     from apps.registry.validation import sha256_file
     from apps.serving import demo_corpus as corpus
@@ -98,6 +97,7 @@ async def main(repeats: int, hot_samples: int) -> None:
     from apps.serving.demo_assets import build_demo_assets
     from apps.serving.engine import Engine, EngineSettings, Sampling
     from apps.serving.placement import Limits, Placement
+    from tests.helpers import signed_version  # how a node sees a signed version
 
     demo = build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir
     work = Path(tempfile.mkdtemp(prefix="lorahub-bench-"))
@@ -138,8 +138,7 @@ async def main(repeats: int, hot_samples: int) -> None:
         )
         store.ensure_bucket()
         key = signing.load_private_key(signing.generate_private_key_pem())
-        public = signing.public_key_b64(key)
-        keys = {signing.key_id(public): public}
+        keys: dict[str, str] = {}
         sources = {
             name: demo / "adapters" / name for name in ("support-v1", "support-v2", "legal-v1")
         }
@@ -147,27 +146,16 @@ async def main(repeats: int, hot_samples: int) -> None:
         versions = {}
         for n, (name, folder) in enumerate(sources.items(), start=1):
             prefix = f"bench/{name}"
-            files = []
-            for path in sorted(folder.iterdir()):
-                store.put(f"{prefix}/{path.name}", path.read_bytes())
-                files.append((path.name, sha256_file(path), path.stat().st_size))
-            manifest = {"files": {f: sha for f, sha, _ in files}}
-            versions[name] = ResolvedVersion(
-                tenant_id=1,
+            versions[name], keys = signed_version(
+                store,
+                folder,
+                prefix,
+                key,
                 tenant_slug="bench",
                 alias=name,
                 adapter_id=name,
                 version_id=n,
-                version="v1",
-                base_model=corpus.BASE_MODEL_NAME,
-                base_model_revision=corpus.BASE_MODEL_REVISION,
                 rank=16,
-                storage_prefix=prefix,
-                files=tuple(files),
-                manifest=manifest,
-                signature=signing.sign_manifest(key, manifest),
-                signing_key_id=signing.key_id(public),
-                is_canary=False,
             )
 
         engine = Engine(

@@ -164,8 +164,9 @@ class CacheConfig(_Section):
     adapter_cache: AdapterCache = AdapterCache()
 
     def restart_fields(self, other: CacheConfig) -> list[str]:
-        """The settings that differ from ``other`` and take effect only when the engine
-        restarts (vLLM fixes its LoRA slots, host slots and rank at start)."""
+        """The settings that differ from ``other`` and take effect only when the node
+        restarts: vLLM fixes its LoRA slots, host slots and rank when it starts, and a node
+        starts its engine from the configuration in force when the node process starts."""
         fields = {
             "base_model": lambda c: c.base_model,
             "base_model_revision": lambda c: c.base_model_revision,

@@ -92,3 +92,53 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     assert validated.state == "pending_review", validated.rejection_reason
     services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
     return row.pk
+
+
+def signed_version(store, folder: Path, prefix: str, key, **fields):
+    """Put ``folder``'s files in ``store`` under ``prefix`` and describe them as the registry
+    would to a node: a ``ResolvedVersion`` whose manifest is signed with ``key``.
+
+    Returns it and the public keys a node checks it with. ``fields`` override the defaults
+    (tenant 1 ``t``, adapter ``support``, version ``v1``, id 7, rank 8, the demo base model).
+    """
+    from apps.registry import signing
+    from apps.registry.aliases import ResolvedVersion
+    from apps.registry.validation import sha256_file
+    from apps.serving import demo_corpus as corpus
+
+    files = []
+    for path in sorted(folder.iterdir()):
+        store.put(f"{prefix}/{path.name}", path.read_bytes())
+        files.append((path.name, sha256_file(path), path.stat().st_size))
+    values = {
+        "tenant_id": 1,
+        "tenant_slug": "t",
+        "alias": "support",
+        "adapter_id": "support",
+        "version_id": 7,
+        "version": "v1",
+        "base_model": corpus.BASE_MODEL_NAME,
+        "base_model_revision": corpus.BASE_MODEL_REVISION,
+        "rank": 8,
+        **fields,
+    }
+    manifest = {
+        "tenant": values["tenant_slug"],
+        "adapter_id": values["adapter_id"],
+        "version": values["version"],
+        "base_model": values["base_model"],
+        "base_model_revision": values["base_model_revision"],
+        "rank": values["rank"],
+        "files": {name: sha for name, sha, _ in files},
+    }
+    public = signing.public_key_b64(key)
+    resolved = ResolvedVersion(
+        **values,
+        storage_prefix=prefix,
+        files=tuple(files),
+        manifest=manifest,
+        signature=signing.sign_manifest(key, manifest),
+        signing_key_id=signing.key_id(public),
+        is_canary=False,
+    )
+    return resolved, {signing.key_id(public): public}

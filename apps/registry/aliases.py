@@ -51,6 +51,10 @@ class ResolvedVersion:
         return (self.tenant_id, self.adapter_id, self.version, self.base_model_revision)
 
     @property
+    def size_bytes(self) -> int:
+        return sum(size for _, _, size in self.files)
+
+    @property
     def label(self) -> str:
         return f"{self.adapter_id}@{self.version}"
 

@@ -4,7 +4,7 @@ The node's YAML file (``LORAHUB_CACHE_CONFIG``) is the default. An operator's ``
 /api/cache-config`` stores a complete replacement (validated first, so nothing invalid is
 ever stored), audits it, and broadcasts it: every node applies what it can at once (policy,
 TTL, disk cap, memory caps, load queue, prewarm list) and reports the rest — the LoRA slot
-counts, the rank and the base model — as waiting for an engine restart.
+counts, the rank and the base model — as waiting for a node restart.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def effective_config() -> CacheConfig:
 @transaction.atomic
 def set_config(*, data: object, actor) -> tuple[CacheConfig, list[str]]:
     """Validate and store a complete configuration; return it and the settings that wait
-    for an engine restart. Raises ``Invalid`` naming each bad key; nothing is stored then."""
+    for a node restart. Raises ``Invalid`` naming each bad key; nothing is stored then."""
     try:
         config = parse_cache_config(data, source="cache config")
     except ImproperlyConfigured as exc:

@@ -18,7 +18,10 @@ import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 
@@ -40,12 +43,14 @@ class EngineSettings:
     seed: int = 0
 
     @classmethod
-    def from_django_settings(cls) -> EngineSettings:
+    def from_django_settings(cls, cache: CacheConfig | None = None) -> EngineSettings:
+        """The engine for ``cache`` (default: the node's YAML file). The node passes the
+        configuration in force, which an operator may have changed since (api/cache-config)."""
         from django.conf import settings
 
         from lorahub.cacheconfig import load_cache_config
 
-        cache = load_cache_config(settings.LORAHUB_CACHE_CONFIG)
+        cache = cache or load_cache_config(settings.LORAHUB_CACHE_CONFIG)
         return cls(
             model_dir=settings.LORAHUB_BASE_MODEL_DIR,
             served_model_name=cache.base_model,

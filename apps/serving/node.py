@@ -34,7 +34,7 @@ from apps.serving.internal import InternalApi, has_internal_token
 from apps.serving.metrics import NodeMetrics
 from apps.serving.placement import Limits, Placement
 from apps.serving.stats import StatsRecorder, prewarm_candidates
-from lorahub.cacheconfig import CacheConfig, SlaTier, load_cache_config
+from lorahub.cacheconfig import CacheConfig, SlaTier
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -61,14 +61,18 @@ class RateLimiter:
 
 class Node:
     def __init__(self, engine_settings: EngineSettings | None = None) -> None:
-        self.engine = Engine(engine_settings or EngineSettings.from_django_settings())
+        # The configuration in force: an operator's stored one, else the node's YAML file.
+        # The engine's LoRA slots and rank are fixed by it until the node restarts.
+        self.config: CacheConfig = effective_config()
+        self.started_with = self.config
+        self.engine = Engine(
+            engine_settings or EngineSettings.from_django_settings(self.started_with)
+        )
         self.directory = Directory()
         self.metrics = NodeMetrics()
         self.stats = StatsRecorder(
             settings.LORAHUB_NODE_NAME, on_drop=self.metrics.stats_dropped.inc
         )
-        # The file's configuration until start(), which reads the operator's stored one.
-        self.config: CacheConfig = load_cache_config(settings.LORAHUB_CACHE_CONFIG)
         self.needs_restart: list[str] = []
         self._config_changed = asyncio.Event()
         self.placement = Placement(
@@ -119,31 +123,8 @@ class Node:
         return self.config.adapter_cache.load_queue.sla[name]  # type: ignore[index]
 
     def apply_config(self, config: CacheConfig) -> None:
-        """Take an operator's configuration live; what needs an engine restart waits."""
-        running = self.engine.settings
-        self.needs_restart = [
-            name
-            for name, wanted, now in (
-                ("base_model", config.base_model, running.served_model_name),
-                ("base_model_revision", config.base_model_revision, running.base_model_revision),
-                (
-                    "adapter_cache.gpu_hot.max_adapters",
-                    config.adapter_cache.gpu_hot.max_adapters,
-                    running.max_loras,
-                ),
-                (
-                    "adapter_cache.cpu_warm.max_adapters",
-                    config.adapter_cache.cpu_warm.max_adapters,
-                    running.max_cpu_loras,
-                ),
-                (
-                    "adapter_cache.gpu_hot.max_lora_rank",
-                    config.adapter_cache.gpu_hot.max_lora_rank,
-                    running.max_lora_rank,
-                ),
-            )
-            if wanted != now
-        ]
+        """Take an operator's configuration live; what needs a node restart waits."""
+        self.needs_restart = config.restart_fields(self.started_with)
         self.config = config
         self.placement.apply(config)
         self._config_changed.set()
@@ -155,7 +136,7 @@ class Node:
             logger.info(
                 "cache config applied (policy %s)%s",
                 self.placement.policy.name,
-                f"; waiting for an engine restart: {', '.join(self.needs_restart)}"
+                f"; waiting for a node restart: {', '.join(self.needs_restart)}"
                 if self.needs_restart
                 else "",
             )

@@ -158,7 +158,7 @@ class Placement:
         )
         self._fetch_slots = asyncio.Semaphore(self.limits.max_fetches)
         self._load_slots = asyncio.Semaphore(self.limits.max_loads)
-        self._room: asyncio.Condition | None = None
+        self._room = asyncio.Condition()  # signalled when a load finishes
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ class Placement:
             known = Resident(
                 key=(resolved.version_id,),
                 tenant_id=resolved.tenant_id,
-                size_bytes=sum(size for _, _, size in resolved.files),
+                size_bytes=resolved.size_bytes,
                 last_used=now,
             )
         if touched:
@@ -372,18 +372,15 @@ class Placement:
         self._inflight.pop(lora_id, None)
         if not task.cancelled() and task.exception() is not None:
             logger.info("loading version %s failed: %s", lora_id, task.exception())
-        if self._room is not None:
-            room = self._room
+        room = self._room
 
-            async def notify() -> None:
-                async with room:
-                    room.notify_all()
+        async def notify() -> None:
+            async with room:
+                room.notify_all()
 
-            asyncio.get_running_loop().create_task(notify())
+        asyncio.get_running_loop().create_task(notify())
 
     async def _wait_for_room(self, deadline_s: float | None) -> None:
-        if self._room is None:
-            self._room = asyncio.Condition()
         room = self._room
 
         async def wait() -> None:
@@ -410,7 +407,7 @@ class Placement:
             async with self._fetch_slots:  # the download runs in another process
                 tier, timings = await asyncio.to_thread(self.to_disk, resolved)
         async with self._load_slots:
-            await self._make_room(owner, incoming=sum(s for _, _, s in resolved.files))
+            await self._make_room(owner, incoming=resolved.size_bytes)
             add_started = time.perf_counter()
             await self.engine.add_adapter(handle)
             timings["add_ms"] = (time.perf_counter() - add_started) * 1000
@@ -418,7 +415,7 @@ class Placement:
         self._residents[handle.lora_id] = Resident(
             key=(handle.lora_id,),
             tenant_id=resolved.tenant_id,
-            size_bytes=sum(size for _, _, size in resolved.files),
+            size_bytes=resolved.size_bytes,
             last_used=time.monotonic(),
             hits=1.0,
             reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],

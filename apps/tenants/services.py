@@ -184,6 +184,11 @@ def set_quota(*, tenant: Tenant, actor: AbstractBaseUser | None, **limits: int) 
             continue
         if not isinstance(value, int) or value < 0:
             raise Invalid(f"{field} must be a whole number of 0 or more, got {value!r}")
+        if field == "max_warm_adapters" and value < 1:
+            raise Invalid(
+                "max_warm_adapters must be at least 1: an adapter answers only while it is "
+                "loaded in the engine"
+            )
         setattr(quota, field, value)
     quota.save()
     after = {f: getattr(quota, f) for f in QUOTA_FIELDS}

@@ -209,7 +209,7 @@ def test_twenty_concurrent_requests_for_a_cold_adapter_fetch_and_load_it_once(ca
 
 def test_the_disk_tier_keeps_to_its_size_cap_evicting_by_policy(cache):
     v = cache.versions
-    size = sum(s for _, _, s in load_version(v["x1"]).files)  # each x version's
+    size = load_version(v["x1"]).size_bytes  # each x version's
 
     def cap(change):
         change["gpu_hot"]["eviction_policy"] = "lru"

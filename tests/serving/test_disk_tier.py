@@ -8,10 +8,9 @@ import os
 import pytest
 
 from apps.registry import signing
-from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import LocalStore
-from apps.registry.validation import sha256_file
 from apps.serving.cache.disk import DiskTier, IntegrityFailure
+from tests.helpers import signed_version
 
 
 @pytest.fixture
@@ -23,39 +22,10 @@ def key():
 def setup(tmp_path, demo_dir, key):
     """A registry (local store) holding support-v1, and its signed ResolvedVersion."""
     store = LocalStore(tmp_path / "registry")
-    prefix = "tenants/t/adapters/support/v1"
-    files = []
-    for path in sorted((demo_dir / "adapters" / "support-v1").iterdir()):
-        store.put(f"{prefix}/{path.name}", path.read_bytes())
-        files.append((path.name, sha256_file(path), path.stat().st_size))
-    manifest = {
-        "tenant": "t",
-        "adapter_id": "support",
-        "version": "v1",
-        "base_model": "lorahub-demo-tiny",
-        "base_model_revision": "r1",
-        "rank": 8,
-        "files": {name: sha for name, sha, _ in files},
-    }
-    public = signing.public_key_b64(key)
-    resolved = ResolvedVersion(
-        tenant_id=1,
-        tenant_slug="t",
-        alias="support",
-        adapter_id="support",
-        version_id=7,
-        version="v1",
-        base_model="lorahub-demo-tiny",
-        base_model_revision="r1",
-        rank=8,
-        storage_prefix=prefix,
-        files=tuple(files),
-        manifest=manifest,
-        signature=signing.sign_manifest(key, manifest),
-        signing_key_id=signing.key_id(public),
-        is_canary=False,
+    resolved, keys = signed_version(
+        store, demo_dir / "adapters" / "support-v1", "tenants/t/adapters/support/v1", key
     )
-    return store, resolved, {signing.key_id(public): public}, DiskTier(tmp_path / "disk")
+    return store, resolved, keys, DiskTier(tmp_path / "disk")
 
 
 def test_a_landed_version_passes_its_sealed_check(setup):
@@ -64,7 +34,7 @@ def test_a_landed_version_passes_its_sealed_check(setup):
     landed = disk.land(resolved, store, keys)
     assert disk.has(resolved)
     assert disk.check(resolved) == landed.path
-    assert landed.size_bytes == sum(size for _, _, size in resolved.files)
+    assert landed.size_bytes == resolved.size_bytes
 
 
 def test_one_flipped_byte_on_disk_fails_the_check(setup):
@@ -134,6 +104,6 @@ def test_rebuild_keeps_verified_folders_and_drops_corrupt_or_half_landed_ones(se
     kept = disk.rebuild(keys)
     assert [entry.path for entry in kept] == [good]
     assert (kept[0].version_id, kept[0].tenant_id) == (7, 1)
-    assert kept[0].size_bytes == sum(size for _, _, size in resolved.files)
+    assert kept[0].size_bytes == resolved.size_bytes
     assert not bad.exists() and not half.exists()
     assert disk.check(resolved) == good

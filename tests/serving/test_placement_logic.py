@@ -15,7 +15,6 @@ import pytest
 from apps.registry import signing
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import LocalStore
-from apps.registry.validation import sha256_file
 from apps.serving.cache.gate import DeviceGate
 from apps.serving.cache.policy import LRU
 from apps.serving.placement import (
@@ -26,6 +25,7 @@ from apps.serving.placement import (
     PinLimit,
     Placement,
 )
+from tests.helpers import signed_version
 
 
 @dataclass
@@ -64,29 +64,8 @@ def world(tmp_path, demo_dir):
     """A local registry holding support-v1 and a factory of signed versions of it."""
     key = signing.load_private_key(signing.generate_private_key_pem())
     store = LocalStore(tmp_path / "registry")
-    prefix = "tenants/t/adapters/support/v1"
-    files = []
-    for path in sorted((demo_dir / "adapters" / "support-v1").iterdir()):
-        store.put(f"{prefix}/{path.name}", path.read_bytes())
-        files.append((path.name, sha256_file(path), path.stat().st_size))
-    manifest = {"files": {name: sha for name, sha, _ in files}}
-    public = signing.public_key_b64(key)
-    base = ResolvedVersion(
-        tenant_id=1,
-        tenant_slug="t",
-        alias="support",
-        adapter_id="support",
-        version_id=1,
-        version="v1",
-        base_model="lorahub-demo-tiny",
-        base_model_revision="r1",
-        rank=8,
-        storage_prefix=prefix,
-        files=tuple(files),
-        manifest=manifest,
-        signature=signing.sign_manifest(key, manifest),
-        signing_key_id=signing.key_id(public),
-        is_canary=False,
+    base, keys = signed_version(
+        store, demo_dir / "adapters" / "support-v1", "tenants/t/adapters/support/v1", key
     )
 
     def version(n: int, tenant: int = 1) -> ResolvedVersion:
@@ -97,7 +76,7 @@ def world(tmp_path, demo_dir):
         engine=engine,  # type: ignore[arg-type]
         store=store,
         root=tmp_path / "disk",
-        public_keys=lambda: {signing.key_id(public): public},
+        public_keys=lambda: keys,
         policy=LRU(),
         limits=Limits(max_pending=2),
     )
@@ -225,7 +204,7 @@ def test_pins_stop_at_max_loras_minus_one_and_at_the_tenants_hot_quota(world):
 
 def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
     placement, _, version = world
-    size = sum(s for _, _, s in version(1).files)
+    size = version(1).size_bytes
     placement.limits = Limits(disk_bytes=int(2.5 * size))
 
     async def scenario():
@@ -264,7 +243,7 @@ def test_the_gate_admits_at_most_the_free_device_slots_of_distinct_adapters():
 
 def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
     placement, _, version = world
-    size = sum(s for _, _, s in version(1).files)
+    size = version(1).size_bytes
 
     async def scenario():
         for n in (1, 2, 3):

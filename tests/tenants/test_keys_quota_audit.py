@@ -79,6 +79,14 @@ def test_only_operators_set_quotas_and_bad_values_are_refused(tenant_a, operator
     )
     assert bad.status_code == 422
     assert "max_upload_mb must be a whole number of 0 or more" in bad.json()["detail"]
+    none_warm = otto.put(
+        "/api/tenants/tenant-a/quota",
+        {"max_hot_adapters": 1, "max_warm_adapters": 0},
+        content_type="application/json",
+    )
+    assert none_warm.status_code == 422
+    assert "max_warm_adapters must be at least 1" in none_warm.json()["detail"]
+    assert alice.get("/api/tenants/tenant-a/quota").json()["max_hot_adapters"] == 2  # unchanged
     ok = otto.put(
         "/api/tenants/tenant-a/quota",
         {"max_hot_adapters": 3, "max_upload_mb": 50},

@@ -158,7 +158,7 @@ class DiskTier:
         total_ms = (time.perf_counter() - started) * 1000
         return Landed(
             final,
-            sum(size for _, _, size in resolved.files),
+            resolved.size_bytes,
             fetch_ms=fetch_s * 1000,
             verify_ms=total_ms - fetch_s * 1000,
         )
