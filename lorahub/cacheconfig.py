@@ -177,21 +177,32 @@ class CacheConfig(_Section):
         return [name for name, get in fields.items() if get(self) != get(other)]
 
 
-def parse_cache_config(data: object, *, source: str = "cache config") -> CacheConfig:
-    """Validate a mapping in the seed's shape; raise ImproperlyConfigured naming each bad key."""
+def config_problems(data: object) -> dict[str, str]:
+    """Each bad key of ``data`` (dotted path, as in the YAML) with what is wrong; {} if valid."""
     if not isinstance(data, dict):
-        raise ImproperlyConfigured(f"{source}: expected a mapping at the top level")
+        return {"(top level)": "expected a mapping at the top level"}
     try:
-        return CacheConfig.model_validate(data)
+        CacheConfig.model_validate(data)
     except ValidationError as exc:
-        problems = []
+        problems: dict[str, str] = {}
         for err in exc.errors():
             where = ".".join(str(part) for part in err["loc"]) or "(top level)"
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key (check its spelling and nesting)"
-            problems.append(f"{where}: {message}")
-        raise ImproperlyConfigured(f"{source}: " + "; ".join(problems)) from None
+            problems.setdefault(where, message)
+        return problems
+    return {}
+
+
+def parse_cache_config(data: object, *, source: str = "cache config") -> CacheConfig:
+    """Validate a mapping in the seed's shape; raise ImproperlyConfigured naming each bad key."""
+    problems = config_problems(data)
+    if problems:
+        raise ImproperlyConfigured(
+            f"{source}: " + "; ".join(f"{where}: {message}" for where, message in problems.items())
+        )
+    return CacheConfig.model_validate(data)
 
 
 def load_cache_config(path: Path) -> CacheConfig:

@@ -92,6 +92,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # django-ninja's Swagger UI files, served locally (no CDN: machines may have no internet)
+    "ninja",
+    "axes",
     "apps.tenants",
     "apps.registry",
     "apps.serving",
@@ -106,6 +109,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # last, as django-axes asks: it turns a locked-out login into its lockout response
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "lorahub.urls"
@@ -122,6 +128,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "apps.tenants.context.console_nav",
             ],
         },
     },
@@ -163,12 +170,67 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
+# Plotly's JavaScript comes from the installed plotly package, never a CDN.
+import plotly as _plotly  # noqa: E402
+
+STATICFILES_DIRS.append(("plotly", Path(_plotly.__file__).resolve().parent / "package_data"))
+
+# --- console security ---------------------------------------------------------------------------
+# Cookies are Secure outside debug (browsers accept Secure cookies from http://127.0.0.1 and
+# localhost, so `make run` still signs in); LORAHUB_SECURE_COOKIES=0 turns that off behind a
+# TLS-terminating proxy that speaks plain HTTP to us on another host name.
+SECURE_COOKIES = env_bool("LORAHUB_SECURE_COOKIES", not DEBUG)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True  # pages carry the token in a <meta> tag for their scripts
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+CSRF_FAILURE_VIEW = "apps.tenants.views.csrf_failure"
+
+# Content-Security-Policy: scripts and styles from our own origin only; no inline script and
+# no eval. Plotly writes inline styles into its SVG, hence 'unsafe-inline' for styles alone.
+from csp.constants import NONE, SELF, UNSAFE_INLINE  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:", "blob:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
+# Login throttling (django-axes): 5 failures for one user name from one address lock that pair
+# out for 15 minutes; a success resets the count.
+AUTHENTICATION_BACKENDS = [
+    "apps.tenants.backends.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LORAHUB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = 0.25  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LORAHUB_LOG_LEVEL", "INFO")},
+    # django-axes logs every sign-in at INFO; lockouts are WARNING and still show
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -263,3 +325,14 @@ LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
 LORAHUB_NODE_CACHE_DIR = env_path("LORAHUB_NODE_CACHE_DIR", VAR_DIR / "node-cache")
 # The node's internal control API (/internal/*): off unless a token is set.
 LORAHUB_INTERNAL_TOKEN = env_str("LORAHUB_INTERNAL_TOKEN")
+# The serving nodes the console shows and steers ("name=http://host:port", comma-separated),
+# reached server-side with the internal token; default: this machine's node.
+LORAHUB_NODES = env_list(
+    "LORAHUB_NODES", [f"{LORAHUB_NODE_NAME}=http://{LORAHUB_NODE_HOST}:{LORAHUB_NODE_PORT}"]
+)
+for _entry in LORAHUB_NODES:
+    _name, _, _url = _entry.partition("=")
+    if not _name or not _url.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(
+            f"LORAHUB_NODES entry {_entry!r} must look like name=http://host:port"
+        )

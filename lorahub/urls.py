@@ -9,5 +9,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", api.urls),
+    path("", include("apps.serving.urls")),
+    path("", include("apps.registry.urls")),
     path("", include("apps.tenants.urls")),
 ]

@@ -40,6 +40,7 @@ class VersionOut(Schema):
     target_modules: list[str]
     size_bytes: int | None
     files: dict[str, FileOut]
+    report: dict
     manifest_digest: str
     training_data_summary: str
     uploaded_by: str | None
@@ -145,6 +146,7 @@ def version_out(v: AdapterVersion) -> dict:
         "target_modules": v.target_modules,
         "size_bytes": v.size_bytes,
         "files": v.files,
+        "report": v.report,
         "manifest_digest": v.manifest_digest,
         "training_data_summary": v.training_data_summary,
         "uploaded_by": (

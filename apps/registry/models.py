@@ -91,6 +91,7 @@ VALIDATED_FIELDS = (
     "files",
     "manifest_digest",
     "storage_prefix",
+    "report",
 )
 SIGNATURE_FIELDS = ("signature", "signing_key_id")
 
@@ -130,6 +131,8 @@ class AdapterVersion(models.Model):
     files = models.JSONField(default=dict)  # name -> {"sha256": ..., "size": ...}
     manifest_digest = models.CharField(max_length=64, blank=True)
     storage_prefix = models.CharField(max_length=512, blank=True)
+    # the validation report a reviewer reads (tensors, dtypes, per-module layers and norms)
+    report = models.JSONField(default=dict, blank=True)
     validated_at = models.DateTimeField(null=True)
     rejection_reason = models.TextField(blank=True)
 

@@ -323,6 +323,7 @@ def _finish_validation(
         version.target_modules = list(result.target_modules)
         version.files = result.files
         version.size_bytes = result.size_bytes
+        version.report = result.report
         version.storage_prefix = prefix
         version.manifest_digest = signing.manifest_digest(version.manifest())
         action, after = "version.validated", {"manifest_digest": version.manifest_digest}

@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 import struct
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ class ValidatedAdapter:
     lora_alpha: float
     target_modules: tuple[str, ...]
     files: dict[str, dict[str, Any]]  # name -> {"sha256", "size"}
+    # what a reviewer reads: tensor count, dtypes, and per target module the layers and the
+    # Frobenius norms of its lora_A and lora_B weights (summed over layers)
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:
@@ -228,8 +232,13 @@ def _check_tensors(header: dict[str, Any], config: dict[str, Any], base: BaseMod
             raise Rejected(f"{WEIGHTS_NAME}: layer {layer} {module} has no lora_{missing} weight")
 
 
-def _check_finite(path: Path, header: dict[str, Any], data_start: int) -> None:
+def _check_finite(path: Path, header: dict[str, Any], data_start: int) -> dict[str, Any]:
+    """Refuse NaN or infinite weights; return the reviewer's report, read in the same pass."""
+    squares: dict[str, dict[str, float]] = {}
+    layers: dict[str, set[int]] = {}
+    dtypes: set[str] = set()
     for name, info in header.items():
+        dtypes.add(info["dtype"])
         start, end = info["data_offsets"]
         if end == start:
             continue
@@ -246,6 +255,24 @@ def _check_finite(path: Path, header: dict[str, Any], data_start: int) -> None:
                 f"{WEIGHTS_NAME}: tensor '{name}' contains NaN or infinite values; the training "
                 "run probably diverged"
             )
+        match = TENSOR_RE.match(name)
+        if match:
+            module, ab = match[3], match[4]
+            sums = squares.setdefault(module, {"A": 0.0, "B": 0.0})
+            sums[ab] += float(np.square(values, dtype=np.float64).sum())
+            layers.setdefault(module, set()).add(int(match[1]))
+    return {
+        "tensors": len(header),
+        "dtypes": sorted(dtypes),
+        "modules": {
+            module: {
+                "layers": len(layers[module]),
+                "norm_a": round(sums["A"] ** 0.5, 6),
+                "norm_b": round(sums["B"] ** 0.5, 6),
+            }
+            for module, sums in sorted(squares.items())
+        },
+    }
 
 
 def sha256_file(path: Path) -> str:
@@ -298,7 +325,7 @@ def validate_adapter(
     weights = folder / WEIGHTS_NAME
     header, data_start = _read_header(weights)
     _check_tensors(header, config, base)
-    _check_finite(weights, header, data_start)
+    report = _check_finite(weights, header, data_start)
     files = {
         name: {"sha256": sha256_file(folder / name), "size": (folder / name).stat().st_size}
         for name in names
@@ -310,4 +337,5 @@ def validate_adapter(
         lora_alpha=float(config.get("lora_alpha", config["r"])),
         target_modules=tuple(sorted(config["target_modules"])),
         files=files,
+        report=report,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from apps.serving.histograms import HISTOGRAMS, bucket_fields
 from apps.tenants.models import Tenant
 
 
@@ -64,9 +65,17 @@ class RequestMinute(models.Model):
                 name="one_rollup_per_minute",
             )
         ]
+        indexes = [models.Index(fields=["tenant", "minute"], name="rollup_tenant_minute")]
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.alias} x{self.requests}"
+
+
+# Latency histograms (``histograms.BOUNDS_MS``): ttft_b00..b15, load_l3_b00.., load_l4_b00..,
+# one count per bucket, so that percentiles over any range are sums of columns.
+for _prefix in HISTOGRAMS:
+    for _name in bucket_fields(_prefix):
+        RequestMinute.add_to_class(_name, models.PositiveIntegerField(default=0))
 
 
 class CacheSettings(models.Model):

@@ -23,6 +23,7 @@ from django.db.models import F, Sum
 
 from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
 from apps.registry.models import AdapterVersion
+from apps.serving.histograms import bucket_of
 from apps.serving.models import RequestLog, RequestMinute
 from apps.tenants.models import Tenant
 from lorahub.cacheconfig import CacheConfig
@@ -125,6 +126,9 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             row["ttft_ms_sum"] += r.ttft_ms
             row["ttft_count"] += 1
             row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
+            row[f"ttft_b{bucket_of(r.ttft_ms):02d}"] += 1
+        if r.tier in ("L3", "L4") and r.load_ms > 0:
+            row[f"load_{r.tier.lower()}_b{bucket_of(r.load_ms):02d}"] += 1
         row["load_ms_sum"] += r.load_ms
         row["prompt_tokens"] += r.prompt_tokens
         row["completion_tokens"] += r.completion_tokens

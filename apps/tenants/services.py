@@ -197,3 +197,26 @@ def set_quota(*, tenant: Tenant, actor: AbstractBaseUser | None, **limits: int) 
         action="quota.set", obj=quota, actor=actor, tenant=tenant, before=before, after=after
     )
     return quota
+
+
+@transaction.atomic
+def set_priority(*, tenant: Tenant, priority: int, actor: AbstractBaseUser | None) -> Tenant:
+    """Change a tenant's SLA tier (its cache share and load deadline on every node)."""
+    if priority not in Priority.values:
+        choices = ", ".join(f"{p.value} ({p.label})" for p in Priority)
+        raise Invalid(f"priority must be one of {choices}, got {priority!r}")
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = tenant.priority
+    if before != priority:
+        tenant.priority = priority
+        tenant.save(update_fields=["priority"])
+        publish_change("tenant", tenant_id=tenant.id)
+        record_event(
+            action="tenant.priority",
+            obj=tenant,
+            actor=actor,
+            tenant=tenant,
+            before={"priority": Priority(before).label},
+            after={"priority": Priority(priority).label},
+        )
+    return tenant

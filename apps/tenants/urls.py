@@ -6,5 +6,9 @@ from apps.tenants import views
 
 app_name = "tenants"
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("t/<slug:slug>/keys/", views.keys, name="keys"),
+    path("t/<slug:slug>/keys/<str:prefix>/revoke", views.revoke_key, name="revoke_key"),
+    path("t/<slug:slug>/limits", views.set_limits, name="set_limits"),
+    path("audit/", views.audit, name="audit"),
+    path("operator/tenants/", views.tenant_list, name="tenant_list"),
 ]

@@ -1,23 +1,179 @@
+"""Console pages of the tenants app: API keys, the audit log, the operator's tenant list."""
+
 from __future__ import annotations
 
-from django.conf import settings
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from datetime import datetime, time, timedelta
+
+from django.contrib import messages
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_date
+from django.views.decorators.http import require_POST
 
 from apps.tenants import services
-from apps.tenants.models import Membership
+from apps.tenants.choices import Priority
+from apps.tenants.console import act, principal_of, require, table, tenant_or_404
+from apps.tenants.errors import DomainError, Forbidden
+from apps.tenants.models import AuditEvent, Quota, Tenant
 
 
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    memberships = Membership.objects.filter(user=request.user).select_related("tenant")
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form without a valid CSRF token: refused, with what to do (not Django's debug page)."""
+    return HttpResponseForbidden(
+        render_to_string("console/csrf_failure.html", {"reason": reason}, request=request)
+    )
+
+
+def _signed_in(_principal) -> bool:
+    return True
+
+
+def _operator(principal) -> bool:
+    return principal.is_operator
+
+
+# --- API keys ----------------------------------------------------------------------------------
+
+
+@require(_signed_in, "tenant admins")
+def keys(request: HttpRequest, slug: str) -> HttpResponse:
+    principal = principal_of(request)
+    tenant = tenant_or_404(principal, slug)
+    try:
+        principal.require_tenant_admin(tenant)
+    except Forbidden as exc:
+        return render(request, "console/forbidden.html", {"message": exc.message}, status=403)
+    new_key = None
+    if request.method == "POST":
+        try:
+            key, plaintext = services.issue_api_key(
+                tenant=tenant, name=request.POST.get("name", ""), actor=request.user
+            )
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            # Shown in this response only: never stored, never rendered again.
+            new_key = {"name": key.name, "plaintext": plaintext}
+    rows = tenant.api_keys.select_related("created_by")
+    listing = table(
+        request,
+        rows,
+        sorts={"name": "name", "created": "created_at", "used": "last_used_at"},
+        default="-created",
+    )
     return render(
         request,
-        "tenants/home.html",
-        {
-            "memberships": memberships,
-            "platform_roles": services.platform_roles(request.user),
-            "node_url": f"http://{settings.LORAHUB_NODE_HOST}:{settings.LORAHUB_NODE_PORT}",
-        },
+        "tenants/keys.html",
+        {"tenant": tenant, "table": listing, "new_key": new_key, "section": "keys"},
     )
+
+
+@require_POST
+@require(_signed_in, "tenant admins")
+def revoke_key(request: HttpRequest, slug: str, prefix: str) -> HttpResponse:
+    principal = principal_of(request)
+    tenant = tenant_or_404(principal, slug)
+    back = reverse("tenants:keys", args=[tenant.slug])
+    key = tenant.api_keys.filter(prefix=prefix).first()
+    if key is None:
+        messages.error(request, f"tenant '{slug}' has no API key lh_{prefix}_…")
+        return redirect(back)
+
+    def revoke() -> None:
+        principal.require_tenant_admin(tenant)
+        services.revoke_api_key(key=key, actor=request.user)
+
+    return act(request, revoke, f"Key '{key.name}' (lh_{prefix}_…) is revoked.", back)
+
+
+# --- audit log ---------------------------------------------------------------------------------
+
+
+def _day(raw: str | None, *, end: bool = False) -> datetime | None:
+    day = parse_date(raw or "")
+    if day is None:
+        return None
+    moment = datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
+    return moment + timedelta(days=1) if end else moment
+
+
+@require(lambda p: p.is_operator or bool(p.admin_tenant_ids), "operators and tenant admins")
+def audit(request: HttpRequest) -> HttpResponse:
+    """Every recorded action; operators see all tenants, tenant admins their own."""
+    principal = principal_of(request)
+    qs = AuditEvent.objects.select_related("actor", "actor_key", "tenant")
+    tenants = Tenant.objects.all()
+    if not principal.is_operator:
+        qs = qs.filter(tenant_id__in=principal.admin_tenant_ids)
+        tenants = tenants.filter(id__in=principal.admin_tenant_ids)
+    f = request.GET
+    if f.get("tenant"):
+        qs = qs.filter(tenant__slug=f["tenant"])
+    if f.get("actor"):
+        name = f["actor"].strip()
+        qs = qs.filter(Q(actor__username=name) | Q(actor_key__prefix=name.removeprefix("key ")))
+    if f.get("action"):
+        qs = qs.filter(action__startswith=f["action"].strip())
+    if since := _day(f.get("since")):
+        qs = qs.filter(at__gte=since)
+    if until := _day(f.get("until"), end=True):
+        qs = qs.filter(at__lt=until)
+    listing = table(request, qs, sorts={"at": "at", "action": "action"}, default="-at")
+    return render(
+        request,
+        "tenants/audit.html",
+        {"table": listing, "tenants": tenants, "filters": f, "section": "audit"},
+    )
+
+
+# --- operators: tenants, quotas, priorities -----------------------------------------------------
+
+
+@require(_operator, "operators")
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    qs = Tenant.objects.select_related("quota")
+    if q := request.GET.get("q", "").strip():
+        qs = qs.filter(Q(slug__icontains=q) | Q(name__icontains=q))
+    listing = table(
+        request,
+        qs,
+        sorts={"slug": "slug", "priority": "priority", "created": "created_at"},
+        default="slug",
+    )
+    return render(
+        request,
+        "tenants/tenant_list.html",
+        {"table": listing, "q": q, "defaults": Quota(), "section": "tenants"},
+    )
+
+
+@require_POST
+@require(_operator, "operators")
+def set_limits(request: HttpRequest, slug: str) -> HttpResponse:
+    """The operator's quota and priority form (on the tenant's quota page)."""
+    tenant = tenant_or_404(principal_of(request), slug)
+    back = reverse("serving:quota", args=[tenant.slug])
+    limits: dict[str, int] = {}
+    for field in services.QUOTA_FIELDS:
+        raw = request.POST.get(field, "").strip()
+        if raw == "":
+            continue
+        try:
+            limits[field] = int(raw)
+        except ValueError:
+            messages.error(request, f"{field} must be a whole number, got '{raw}'; nothing changed")
+            return redirect(back)
+
+    def save() -> None:
+        services.set_quota(tenant=tenant, actor=request.user, **limits)
+        if (priority := request.POST.get("priority", "").strip()) != "":
+            services.set_priority(tenant=tenant, priority=int(priority), actor=request.user)
+
+    if request.POST.get("priority", "").strip() not in ("", *map(str, Priority.values)):
+        messages.error(request, "choose a priority from the list; nothing changed")
+        return redirect(back)
+    return act(request, save, f"Limits of '{tenant.slug}' saved; nodes apply them at once.", back)

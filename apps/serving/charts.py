@@ -1,0 +1,121 @@
+"""Plotly figures of the dashboards, as plain figure dicts (``{"data": [...], "layout": ...}``)
+that the page hands to Plotly.js. Built from ``dashboards.series`` and ``dashboards.fairness``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Figure = dict[str, Any]
+TIER_COLORS = {"l1": "#1b7f3b", "l2": "#3b82c4", "l3": "#c48a1b", "l4": "#b03a2e"}
+
+
+def _layout(title: str, y_title: str, **extra: Any) -> dict:
+    return {
+        "title": {"text": title, "font": {"size": 14}},
+        "margin": {"l": 55, "r": 15, "t": 40, "b": 40},
+        "height": 280,
+        "xaxis": {"type": "date"},
+        "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": -0.2},
+        "hovermode": "x unified",
+        **extra,
+    }
+
+
+def _line(x: list, y: list, name: str, **style: Any) -> dict:
+    return {"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "name": name, **style}
+
+
+def timeline(data: dict) -> dict[str, Figure]:
+    """The per-tenant (or per-adapter) charts over time, keyed by the element they fill."""
+    t = data.get("t", [])
+    marker = {"size": 4}
+    return {
+        "chart-ttft": {
+            "data": [
+                _line(t, data.get(f"ttft_{p}", []), f"TTFT {p}", marker=marker)
+                for p in ("p50", "p95", "p99")
+            ],
+            "layout": _layout("Time to first token (from histogram buckets)", "ms"),
+        },
+        "chart-hits": {
+            "data": [
+                _line(
+                    t,
+                    data.get(f"hit_{tier}", []),
+                    tier.upper(),
+                    marker=marker,
+                    line={"color": TIER_COLORS[tier]},
+                )
+                for tier in ("l1", "l2", "l3", "l4")
+            ],
+            "layout": _layout(
+                "Where adapters were found (share of requests)",
+                "share",
+                yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
+            ),
+        },
+        "chart-requests": {
+            "data": [
+                {"type": "bar", "x": t, "y": data.get("requests", []), "name": "requests"},
+                {"type": "bar", "x": t, "y": data.get("errors", []), "name": "errors",
+                 "marker": {"color": "#b03a2e"}},
+            ],
+            "layout": _layout("Requests and errors per step", "requests", barmode="overlay"),
+        },
+        "chart-loads": {
+            "data": [
+                _line(
+                    t,
+                    data.get(f"load_{tier}_{p}", []),
+                    f"from {tier.upper()} {p}",
+                    marker=marker,
+                    line={"color": TIER_COLORS[tier], "dash": "dot" if p == "p95" else "solid"},
+                    connectgaps=False,
+                )
+                for tier in ("l3", "l4")
+                for p in ("p50", "p95")
+            ],
+            "layout": _layout("Adapter load latency by source tier", "ms"),
+        },
+    }
+
+
+def fairness(rows: list[dict]) -> dict[str, Figure]:
+    """Each tenant's engine hit rate and p95 TTFT side by side (operators)."""
+    tenants = [r["tenant"] for r in rows]
+    return {
+        "chart-fairness": {
+            "data": [
+                {
+                    "type": "bar",
+                    "x": tenants,
+                    "y": [r["hit_rate"] for r in rows],
+                    "name": "hit rate (L1+L2)",
+                    "yaxis": "y",
+                    "offsetgroup": 1,
+                },
+                {
+                    "type": "bar",
+                    "x": tenants,
+                    "y": [r["ttft_p95"] for r in rows],
+                    "name": "p95 TTFT (ms)",
+                    "yaxis": "y2",
+                    "offsetgroup": 2,
+                },
+            ],
+            "layout": {
+                **_layout("Fairness: hit rate and p95 TTFT per tenant", "hit rate"),
+                "xaxis": {"type": "category"},
+                "yaxis": {"title": {"text": "hit rate"}, "range": [0, 1.05], "tickformat": ".0%"},
+                "yaxis2": {
+                    "title": {"text": "p95 TTFT (ms)"},
+                    "overlaying": "y",
+                    "side": "right",
+                    "rangemode": "tozero",
+                },
+                "barmode": "group",
+                "hovermode": "closest",
+            },
+        }
+    }

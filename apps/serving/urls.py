@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.serving import views
+
+app_name = "serving"
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("t/<slug:slug>/quota/", views.quota, name="quota"),
+    path("t/<slug:slug>/dashboard/", views.tenant_dashboard, name="dashboard"),
+    path("t/<slug:slug>/dashboard/data", views.tenant_dashboard_data, name="dashboard_data"),
+    path("operator/dashboard/", views.operator_dashboard, name="operator_dashboard"),
+    path("operator/dashboard/data", views.operator_dashboard_data, name="operator_dashboard_data"),
+    path("operator/cache/", views.cache_config, name="cache_config"),
+    path("operator/nodes/", views.nodes_page, name="nodes"),
+    path("operator/nodes/<str:node>/<str:verb>", views.node_action, name="node_action"),
+]

@@ -1,0 +1,407 @@
+"""Console pages of the serving side: the overview, quota usage, dashboards, the cache
+configuration and the nodes' live cache state.
+
+Node state is read server-side from each node's internal API (``nodes.py``) with the internal
+token; the browser never talks to a node.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Sum
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from apps.registry.choices import VersionState
+from apps.registry.models import Adapter, AdapterVersion, Alias
+from apps.serving import charts, config, dashboards, nodes
+from apps.serving.models import RequestMinute
+from apps.tenants import services as tenant_services
+from apps.tenants.choices import Priority
+from apps.tenants.console import act, principal_of, require, tenant_or_404
+from apps.tenants.errors import DomainError, Invalid
+from apps.tenants.models import Membership
+from lorahub.cacheconfig import config_problems
+
+# Cache-config keys that are not edited in the form (carried over as they are).
+FIXED_KEYS = ("adapter_cache.placement.key_fields", "adapter_cache.disk_cache.path")
+CHOICES = {
+    "adapter_cache.gpu_hot.eviction_policy": ("weighted", "lru", "lfu", "gdsf"),
+    "on_overload": ("wait", "degrade", "reject"),
+}
+RESTART_KEYS = (
+    "base_model",
+    "base_model_revision",
+    "adapter_cache.gpu_hot.max_adapters",
+    "adapter_cache.gpu_hot.max_lora_rank",
+    "adapter_cache.cpu_warm.max_adapters",
+)
+
+
+def _anyone(_principal) -> bool:
+    return True
+
+
+def _operator(principal) -> bool:
+    return principal.is_operator
+
+
+# --- overview ----------------------------------------------------------------------------------
+
+
+@require(_anyone, "signed-in users")
+def home(request: HttpRequest) -> HttpResponse:
+    principal = principal_of(request)
+    memberships = list(
+        Membership.objects.filter(user=request.user)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    tenant_ids = [m.tenant_id for m in memberships]
+    adapters = dict(
+        Adapter.objects.filter(tenant_id__in=tenant_ids)
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .values_list("tenant_id", "n")
+    )
+    aliases = dict(
+        Alias.objects.filter(tenant_id__in=tenant_ids)
+        .values("tenant_id")
+        .annotate(n=Count("id"))
+        .values_list("tenant_id", "n")
+    )
+    since = datetime.now(UTC) - timedelta(hours=24)
+    traffic = dict(
+        RequestMinute.objects.filter(tenant_id__in=tenant_ids, minute__gte=since)
+        .values("tenant_id")
+        .annotate(n=Sum("requests"))
+        .values_list("tenant_id", "n")
+    )
+    rows = [
+        {
+            "membership": m,
+            "adapters": adapters.get(m.tenant_id, 0),
+            "aliases": aliases.get(m.tenant_id, 0),
+            "requests_24h": traffic.get(m.tenant_id, 0),
+        }
+        for m in memberships
+    ]
+    pending = None
+    if principal.is_reviewer:
+        pending = (
+            AdapterVersion.objects.filter(state=VersionState.PENDING_REVIEW)
+            .exclude(adapter__tenant_id__in=principal.tenant_ids)
+            .count()
+        )
+    return render(
+        request,
+        "serving/home.html",
+        {"rows": rows, "pending": pending, "nodes": nodes.configured_nodes(), "section": "home"},
+    )
+
+
+# --- quota usage -------------------------------------------------------------------------------
+
+
+def _residency(tenant_id: int) -> tuple[list[dict], list[str]]:
+    """Per node, how many of the tenant's versions are in L1 (device) and L1+L2 (engine)."""
+    rows, problems = [], []
+    for node in nodes.configured_nodes():
+        try:
+            state = nodes.cache_state(node)
+        except DomainError as exc:
+            problems.append(exc.message)
+            continue
+        tiers = state.get("tiers", {})
+        mine = lambda tier: [r for r in tiers.get(tier, []) if r.get("tenant_id") == tenant_id]  # noqa: E731
+        hot, warm = mine("L1"), mine("L1") + mine("L2")
+        rows.append(
+            {
+                "node": node.name,
+                "hot": len(hot),
+                "warm": len(warm),
+                "hot_mb": sum(r.get("size_bytes", 0) for r in hot) / 1048576,
+            }
+        )
+    return rows, problems
+
+
+@require(_anyone, "signed-in users")
+def quota(request: HttpRequest, slug: str) -> HttpResponse:
+    principal = principal_of(request)
+    tenant = tenant_or_404(principal, slug)
+    limits = tenant_services.get_quota(tenant)
+    adapters = Adapter.objects.filter(tenant=tenant).annotate(n=Count("versions"))
+    counts = adapters.aggregate(adapters=Count("id", distinct=True))
+    busiest = adapters.order_by("-n").values("adapter_id", "n").first()
+    minute_ago = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    per_minute = (
+        RequestMinute.objects.filter(tenant=tenant, minute__gte=minute_ago)
+        .values("minute")
+        .annotate(n=Sum("requests"))
+        .order_by("-n")
+        .values_list("n", flat=True)
+        .first()
+    ) or 0
+    residency, problems = _residency(tenant.id)
+    return render(
+        request,
+        "serving/quota.html",
+        {
+            "tenant": tenant,
+            "limits": limits,
+            "adapters": counts["adapters"],
+            "busiest": busiest,
+            "per_minute": per_minute,
+            "residency": residency,
+            "node_problems": problems,
+            "priorities": Priority.choices,
+            "fields": tenant_services.QUOTA_FIELDS,
+            "can_edit": principal.is_operator,
+            "section": "quota",
+        },
+    )
+
+
+# --- dashboards --------------------------------------------------------------------------------
+
+
+def _range(request: HttpRequest) -> dashboards.Range:
+    return dashboards.RANGES.get(request.GET.get("range", ""), dashboards.RANGES["day"])
+
+
+@require(_anyone, "signed-in users")
+def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
+    tenant = tenant_or_404(principal_of(request), slug)
+    adapter_ids = list(
+        Adapter.objects.filter(tenant=tenant).order_by("adapter_id").values_list("adapter_id", flat=True)
+    )
+    return render(
+        request,
+        "serving/dashboard.html",
+        {
+            "tenant": tenant,
+            "adapter_ids": adapter_ids,
+            "adapter": request.GET.get("adapter", ""),
+            "ranges": dashboards.RANGES.values(),
+            "range": _range(request).key,
+            "data_url": reverse("serving:dashboard_data", args=[tenant.slug]),
+            "charts": ["chart-ttft", "chart-hits", "chart-requests", "chart-loads"],
+            "section": "dashboard",
+        },
+    )
+
+
+@require(_anyone, "signed-in users")
+def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
+    tenant = tenant_or_404(principal_of(request), slug)
+    rng = _range(request)
+    adapter_id = request.GET.get("adapter", "")
+    data = dashboards.series(dashboards.scope(tenant=tenant, adapter_id=adapter_id), rng)
+    totals = dashboards.totals(
+        dashboards.scope(tenant=tenant, adapter_id=adapter_id), datetime.now(UTC) - rng.span
+    )
+    return JsonResponse({"figures": charts.timeline(data), "totals": totals, "range": rng.key})
+
+
+@require(_operator, "operators")
+def operator_dashboard(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "serving/dashboard.html",
+        {
+            "tenant": None,
+            "ranges": dashboards.RANGES.values(),
+            "range": _range(request).key,
+            "data_url": reverse("serving:operator_dashboard_data"),
+            "charts": ["chart-fairness", "chart-ttft", "chart-hits", "chart-requests", "chart-loads"],
+            "section": "operator_dashboard",
+        },
+    )
+
+
+@require(_operator, "operators")
+def operator_dashboard_data(request: HttpRequest) -> JsonResponse:
+    rng = _range(request)
+    data = dashboards.series(dashboards.scope(), rng)
+    fair = dashboards.fairness(rng)
+    return JsonResponse(
+        {
+            "figures": {**charts.fairness(fair), **charts.timeline(data)},
+            "totals": dashboards.totals(dashboards.scope(), datetime.now(UTC) - rng.span),
+            "tenants": fair,
+            "range": rng.key,
+        }
+    )
+
+
+# --- cache configuration -----------------------------------------------------------------------
+
+
+def _leaves(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+    out: list[tuple[str, object]] = []
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out += _leaves(value, f"{path}.")
+        else:
+            out.append((path, value))
+    return out
+
+
+def _set(data: dict, path: str, value: object) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+def _parse(raw: str, current: object) -> object:
+    """A form value in the type of the current value; left as text when it does not parse,
+    so that validation names the field and says what it expects."""
+    raw = raw.strip()
+    if isinstance(current, bool):
+        return raw == "on"
+    if isinstance(current, int):
+        try:
+            return int(raw)
+        except ValueError:
+            return raw
+    if isinstance(current, float):
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+    if isinstance(current, list):
+        return [item.strip() for item in raw.split(",") if item.strip()]
+    return raw
+
+
+def _fields(values: dict, errors: dict[str, str], restart: list[str]) -> list[dict]:
+    fields = []
+    for path, value in _leaves(values):
+        if path in FIXED_KEYS:
+            continue
+        choices = CHOICES.get(path) or CHOICES.get(path.rsplit(".", 1)[-1])
+        kind = (
+            "checkbox"
+            if isinstance(value, bool)
+            else "select"
+            if choices
+            else "number"
+            if isinstance(value, int | float)
+            else "text"
+        )
+        fields.append(
+            {
+                "path": path,
+                "section": path.rsplit(".", 1)[0] if "." in path else "model",
+                "label": path.rsplit(".", 1)[-1].replace("_", " "),
+                "value": ", ".join(value) if isinstance(value, list) else value,
+                "kind": kind,
+                "choices": choices,
+                "step": "any" if isinstance(value, float) else "1",
+                "error": errors.get(path),
+                "restart": path in RESTART_KEYS,
+                "needs_restart": path in restart,
+            }
+        )
+    return fields
+
+
+@require(_operator, "operators")
+def cache_config(request: HttpRequest) -> HttpResponse:
+    current = config.effective_config().model_dump(mode="json")
+    errors: dict[str, str] = {}
+    restart: list[str] = []
+    values = current
+    status = 200
+    if request.method == "POST":
+        values = {}
+        for path, value in _leaves(current):
+            raw = value if path in FIXED_KEYS else _parse(request.POST.get(path, ""), value)
+            _set(values, path, raw)
+        errors = config_problems(values)
+        if errors:
+            status = 422
+            messages.error(request, "Nothing was saved: fix the fields marked below.")
+        else:
+            try:
+                _, restart = config.set_config(data=values, actor=request.user)
+            except Invalid as exc:  # validated above; a race with another operator's change
+                messages.error(request, exc.message)
+                status = 422
+            else:
+                messages.success(
+                    request,
+                    "Saved. Nodes apply it at once"
+                    + (f", except {', '.join(restart)}: that needs a node restart." if restart else "."),
+                )
+    return render(
+        request,
+        "serving/cache_config.html",
+        {
+            "fields": _fields(values, errors, restart),
+            "restart": restart,
+            "section": "cache",
+        },
+        status=status,
+    )
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+
+@require(_operator, "operators")
+def nodes_page(request: HttpRequest) -> HttpResponse:
+    states = []
+    for node in nodes.configured_nodes():
+        try:
+            state = nodes.cache_state(node)
+        except DomainError as exc:
+            states.append({"node": node, "error": exc.message})
+            continue
+        states.append({"node": node, "state": state})
+    return render(request, "serving/nodes.html", {"states": states, "section": "nodes"})
+
+
+@require_POST
+@require(_operator, "operators")
+def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
+    back = reverse("serving:nodes")
+    tier = request.POST.get("tier", "")
+    try:
+        target = nodes.node_named(node)
+        version_id = int(request.POST.get("version_id", ""))
+    except (ValueError, DomainError):
+        messages.error(request, "choose a node and a version id (a whole number)")
+        return redirect(back)
+    if tier not in nodes.TIERS or verb not in ("warm", "evict"):
+        raise Http404("no such node action")
+    version = AdapterVersion.objects.select_related("adapter__tenant").filter(pk=version_id).first()
+    if version is None:
+        messages.error(request, f"there is no version {version_id}")
+        return redirect(back)
+
+    def run() -> None:
+        call = nodes.warm if verb == "warm" else nodes.evict
+        result = call(target, version_id=version_id, tier=tier)
+        tenant_services.record_event(
+            action=f"node.{verb}",
+            obj=version,
+            actor=request.user,
+            tenant=version.adapter.tenant,
+            after={"node": target.name, "tier": tier, **result},
+        )
+
+    label = f"{version.adapter.adapter_id}@{version.version}"
+    done = (
+        f"{label} warmed into {tier} on {target.name}."
+        if verb == "warm"
+        else f"{label} evicted from {tier} on {target.name}."
+    )
+    return act(request, run, done, back)
