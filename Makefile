@@ -67,6 +67,9 @@ services:
 		redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
 			--dir /var/lib/redis --logfile /var/log/redis/ci.log; \
 	fi
+	@# the browser tests drive Debian's chromium (Playwright's own browser download cannot work here)
+	@command -v chromium >/dev/null || { echo "installing chromium"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	@for i in $$(seq 1 30); do \
 		timeout 1 bash -c '</dev/tcp/127.0.0.1/5432' 2>/dev/null && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null && exit 0; \
 		sleep 1; \

@@ -51,7 +51,7 @@ def _sums() -> dict:
 
 
 def _buckets(row: dict, name: str) -> list[int]:
-    return [row[f] or 0 for f in BUCKETS[name]]
+    return [row.get(f) or 0 for f in BUCKETS[name]]
 
 
 def _floor(moment: datetime, step: timedelta) -> datetime:
