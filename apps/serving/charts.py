@@ -27,16 +27,23 @@ def _line(x: list, y: list, name: str, **style: Any) -> dict:
 
 
 def timeline(data: dict) -> dict[str, Figure]:
-    """The per-tenant (or per-adapter) charts over time, keyed by the element they fill."""
+    """The per-tenant (or per-adapter) charts over time, keyed by the element they fill.
+    The x axis always spans the whole range picked, so a quiet period looks quiet."""
     t = data.get("t", [])
     marker = {"size": 4}
+    span = [data.get("start"), data.get("end")]
+    bar_width = data.get("step_s", 60) * 1000 * 0.9  # milliseconds on a date axis
+
+    def layout(title: str, y_title: str, **extra: Any) -> dict:
+        return _layout(title, y_title, xaxis={"type": "date", "range": span}, **extra)
+
     return {
         "chart-ttft": {
             "data": [
                 _line(t, data.get(f"ttft_{p}", []), f"TTFT {p}", marker=marker)
                 for p in ("p50", "p95", "p99")
             ],
-            "layout": _layout("Time to first token (from histogram buckets)", "ms"),
+            "layout": layout("Time to first token (from histogram buckets)", "ms"),
         },
         "chart-hits": {
             "data": [
@@ -49,7 +56,7 @@ def timeline(data: dict) -> dict[str, Figure]:
                 )
                 for tier in ("l1", "l2", "l3", "l4")
             ],
-            "layout": _layout(
+            "layout": layout(
                 "Where adapters were found (share of requests)",
                 "share",
                 yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
@@ -57,11 +64,23 @@ def timeline(data: dict) -> dict[str, Figure]:
         },
         "chart-requests": {
             "data": [
-                {"type": "bar", "x": t, "y": data.get("requests", []), "name": "requests"},
-                {"type": "bar", "x": t, "y": data.get("errors", []), "name": "errors",
-                 "marker": {"color": "#b03a2e"}},
+                {
+                    "type": "bar",
+                    "x": t,
+                    "y": data.get("requests", []),
+                    "name": "requests",
+                    "width": bar_width,
+                },
+                {
+                    "type": "bar",
+                    "x": t,
+                    "y": data.get("errors", []),
+                    "name": "errors",
+                    "width": bar_width,
+                    "marker": {"color": "#b03a2e"},
+                },
             ],
-            "layout": _layout("Requests and errors per step", "requests", barmode="overlay"),
+            "layout": layout("Requests and errors per step", "requests", barmode="overlay"),
         },
         "chart-loads": {
             "data": [
@@ -76,7 +95,7 @@ def timeline(data: dict) -> dict[str, Figure]:
                 for tier in ("l3", "l4")
                 for p in ("p50", "p95")
             ],
-            "layout": _layout("Adapter load latency by source tier", "ms"),
+            "layout": layout("Adapter load latency by source tier", "ms"),
         },
     }
 

@@ -112,7 +112,13 @@ def series(where: Q, rng: Range, *, now: datetime | None = None) -> dict:
                 value = quantile(loads, q)
                 out[f"load_{tier}_{name}"].append(round(value, 2) if value is not None else None)
             out[f"loads_{tier}"].append(sum(loads))
-    return {"range": rng.key, "step_s": int(rng.step.total_seconds()), **out}
+    return {
+        "range": rng.key,
+        "step_s": int(rng.step.total_seconds()),
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        **out,
+    }
 
 
 def totals(where: Q, since: datetime) -> dict:

@@ -98,7 +98,7 @@ def console(request, live_server, settings):
         settings.LORAHUB_INTERNAL_TOKEN = NODE_INTERNAL_TOKEN
     else:
         settings.LORAHUB_NODES = ["test-node=http://127.0.0.1:9"]  # nothing listens there
-        settings.LORAHUB_INTERNAL_TOKEN = ""
+        settings.LORAHUB_INTERNAL_TOKEN = "no-node-here"
     return live_server.url
 
 

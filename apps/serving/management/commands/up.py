@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,6 +25,9 @@ class Command(BaseCommand):
         python = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
         env = {**os.environ, "LORAHUB_NODE_PORT": str(node_port)}
+        # The console reads the node's cache and warms/evicts through the node's internal API;
+        # without a token of the operator's, one is made for this run and shared by both.
+        env.setdefault("LORAHUB_INTERNAL_TOKEN", secrets.token_urlsafe(32))
         commands = {
             "console": [
                 python,
