@@ -11,7 +11,7 @@ import json
 from django.db.models import Count, Max, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST
 
 from apps.registry import aliases, services
@@ -302,8 +302,9 @@ def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> Htt
     tenant = tenant_or_404(principal, slug)
     post = request.POST
     reason = post.get("reason", "").strip()
-    name = post.get("name", name).strip() if action == "set" else name
-    back = reverse("registry:alias", args=[tenant.slug, name])
+    creating = action == "set" and "name" in post  # the aliases page's "new alias" form
+    name = post.get("name", "").strip() if creating else name
+    aliases_page = reverse("registry:aliases", args=[tenant.slug])
 
     def run() -> None:
         if action == "set":
@@ -338,4 +339,8 @@ def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> Htt
         "promote": f"Canary of '{name}' promoted to stable.",
         "rollback": f"Alias '{name}' rolled back.",
     }.get(action, "Done.")
-    return act(request, run, done, back)
+    try:
+        back = reverse("registry:alias", args=[tenant.slug, name])
+    except NoReverseMatch:  # a name no alias can have: the service refuses it below
+        back = aliases_page
+    return act(request, run, done, back, back_on_error=aliases_page if creating else back)

@@ -56,15 +56,23 @@ def require(check: Callable[[Principal], bool], what: str):
     return decorate
 
 
-def act(request: HttpRequest, action: Callable[[], object], success: str, back: str) -> HttpResponse:
+def act(
+    request: HttpRequest,
+    action: Callable[[], object],
+    success: str,
+    back: str,
+    *,
+    back_on_error: str | None = None,
+) -> HttpResponse:
     """Run a service call for a console form: its domain error becomes a message that says
-    what to do, the success a confirmation; either way back to ``back`` (POST-redirect-GET)."""
+    what to do, the success a confirmation; then back to ``back`` (POST-redirect-GET), or to
+    ``back_on_error`` when the call failed and ``back`` would not exist."""
     try:
         action()
     except DomainError as exc:
         messages.error(request, exc.message)
-    else:
-        messages.success(request, success)
+        return HttpResponseRedirect(back_on_error or back)
+    messages.success(request, success)
     return HttpResponseRedirect(back)
 
 

@@ -1,0 +1,103 @@
+"""Dashboard data: histogram percentiles, rollups with buckets, downsampling, canary evidence."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from apps.serving import dashboards
+from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
+from apps.serving.models import RequestMinute
+from apps.serving.stats import RequestRecord, write_records
+
+
+def test_buckets_hold_their_upper_bound_and_the_last_one_is_open():
+    assert bucket_of(2) == 0
+    assert bucket_of(2.01) == 1
+    assert bucket_of(BOUNDS_MS[-1]) == N_BUCKETS - 2
+    assert bucket_of(10 * BOUNDS_MS[-1]) == N_BUCKETS - 1
+
+
+def test_percentiles_come_from_buckets_not_from_the_mean():
+    # 95 fast requests (~8 ms) and 5 slow ones (~900 ms): the mean is ~52 ms
+    counts = [0] * N_BUCKETS
+    counts[bucket_of(8)] = 95
+    counts[bucket_of(900)] = 5
+    p50 = quantile(counts, 0.5)
+    p99 = quantile(counts, 0.99)
+    assert 5 < p50 <= 10  # inside the 5-10 ms bucket
+    assert 500 < p99 <= 1000  # inside the 500-1000 ms bucket
+    assert quantile(counts, 0.95) <= 10  # the 95th request is still a fast one
+    assert quantile([0] * N_BUCKETS, 0.95) is None
+
+
+def test_the_open_last_bucket_ends_at_the_largest_value_seen():
+    counts = [0] * N_BUCKETS
+    counts[-1] = 10
+    assert quantile(counts, 1.0, max_ms=25_000) == pytest.approx(25_000)
+    assert quantile(counts, 0.5, max_ms=25_000) == pytest.approx(17_500)
+
+
+def _record(tenant_id, at, **fields):
+    base = {"alias": "support", "adapter_id": "support", "version": "v1", "tier": "L1", "status": 200}
+    return RequestRecord(tenant_id=tenant_id, at=at, **{**base, **fields})
+
+
+def test_rollups_count_ttft_and_loads_per_bucket(tenant_a):
+    at = datetime(2026, 7, 4, 12, 0, 30, tzinfo=UTC)
+    write_records(
+        "n1",
+        [
+            _record(tenant_a.id, at, ttft_ms=8),
+            _record(tenant_a.id, at, ttft_ms=9, tier="L3", load_ms=40),
+            _record(tenant_a.id, at, ttft_ms=700, tier="L4", load_ms=600),
+            _record(tenant_a.id, at, status=503, error="load_deadline"),
+        ],
+    )
+    write_records("n1", [_record(tenant_a.id, at, ttft_ms=8)])  # a second batch adds up
+    row = RequestMinute.objects.get()
+    assert (row.requests, row.errors, row.ttft_count) == (5, 1, 4)
+    assert getattr(row, f"ttft_b{bucket_of(8):02d}") == 3
+    assert getattr(row, f"ttft_b{bucket_of(700):02d}") == 1
+    assert getattr(row, f"load_l3_b{bucket_of(40):02d}") == 1
+    assert getattr(row, f"load_l4_b{bucket_of(600):02d}") == 1
+    assert sum(getattr(row, f"load_l3_b{i:02d}") for i in range(N_BUCKETS)) == 1
+
+
+def test_a_week_is_downsampled_to_five_minute_steps_and_sums_add_up(tenant_a, tenant_b):
+    now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
+    records = []
+    for minute in range(12):  # 12 minutes, one request each
+        at = now - timedelta(minutes=minute + 1) + timedelta(seconds=5)  # 11:48 .. 11:59
+        records.append(_record(tenant_a.id, at, ttft_ms=10 + minute))
+    records.append(_record(tenant_b.id, now, ttft_ms=5))  # another tenant's: not counted
+    write_records("n1", records)
+    week = dashboards.series(
+        dashboards.scope(tenant=tenant_a), dashboards.RANGES["week"], now=now + timedelta(minutes=1)
+    )
+    assert sum(week["requests"]) == 12
+    assert len(week["t"]) == 3  # 12 minutes fall in three 5-minute steps
+    assert week["step_s"] == 300
+    hour = dashboards.series(
+        dashboards.scope(tenant=tenant_a), dashboards.RANGES["hour"], now=now + timedelta(minutes=1)
+    )
+    assert len(hour["t"]) == 12 and sum(hour["requests"]) == 12
+    assert all(v == 1.0 for v in hour["hit_l1"])
+    assert hour["ttft_p95"][0] is not None
+
+
+def test_fairness_puts_every_tenants_hit_rate_and_p95_side_by_side(tenant_a, tenant_b):
+    now = datetime.now(UTC)
+    write_records(
+        "n1",
+        [
+            _record(tenant_a.id, now, ttft_ms=8),
+            _record(tenant_a.id, now, ttft_ms=8, tier="L4", load_ms=300),
+            _record(tenant_b.id, now, ttft_ms=400),
+        ],
+    )
+    rows = {r["tenant"]: r for r in dashboards.fairness(dashboards.RANGES["hour"])}
+    assert rows["tenant-a"]["hit_rate"] == 0.5
+    assert rows["tenant-b"]["hit_rate"] == 1.0
+    assert rows["tenant-b"]["ttft_p95"] > rows["tenant-a"]["ttft_p95"]
