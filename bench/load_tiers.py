@@ -134,7 +134,7 @@ async def main(repeats: int, hot_samples: int) -> None:
             bucket="lorahub-bench",
             region="us-east-1",
             access_key="bench",
-            secret_key="bench",  # noqa: S106 - moto's throwaway credentials
+            secret_key="bench",
         )
         store.ensure_bucket()
         key = signing.load_private_key(signing.generate_private_key_pem())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.test import Client
@@ -142,3 +143,19 @@ def signed_version(store, folder: Path, prefix: str, key, **fields):
         is_canary=False,
     )
     return resolved, {signing.key_id(public): public}
+
+
+@contextmanager
+def count_queries():
+    """The SQL statements run inside the block, as a list (also across Django's request
+    signals, which reset ``connection.queries``)."""
+    from django.db import connection
+
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield statements

@@ -8,12 +8,12 @@ JSON header and scanned as raw arrays (numpy memory maps), never executed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 import re
 import struct
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

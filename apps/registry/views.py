@@ -75,7 +75,12 @@ def adapter_detail(request: HttpRequest, slug: str, adapter_id: str) -> HttpResp
     listing = table(
         request,
         qs,
-        sorts={"version": "version", "uploaded": "created_at", "state": "state", "size": "size_bytes"},
+        sorts={
+            "version": "version",
+            "uploaded": "created_at",
+            "state": "state",
+            "size": "size_bytes",
+        },
         default="-uploaded",
     )
     serving = Alias.objects.filter(adapter=adapter).select_related("version", "canary_version")
@@ -135,7 +140,9 @@ def _differences(version: AdapterVersion, other: AdapterVersion | None) -> list[
         ("Base revision", version.base_model_revision, other.base_model_revision),
         ("Tensors", version.report.get("tensors"), other.report.get("tensors")),
     ]
-    for module in sorted(set(version.report.get("modules", {})) | set(other.report.get("modules", {}))):
+    for module in sorted(
+        set(version.report.get("modules", {})) | set(other.report.get("modules", {}))
+    ):
         mine = version.report.get("modules", {}).get(module, {})
         theirs = other.report.get("modules", {}).get(module, {})
         rows.append((f"{module} ‖B·A‖ proxy", mine.get("norm_b"), theirs.get("norm_b")))
@@ -233,12 +240,8 @@ def _approved_versions(tenant):
 @require(_anyone, "signed-in users")
 def alias_list(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
-    qs = Alias.objects.filter(tenant=tenant).select_related(
-        "adapter", "version", "canary_version"
-    )
-    listing = table(
-        request, qs, sorts={"name": "name", "updated": "updated_at"}, default="name"
-    )
+    qs = Alias.objects.filter(tenant=tenant).select_related("adapter", "version", "canary_version")
+    listing = table(request, qs, sorts={"name": "name", "updated": "updated_at"}, default="name")
     return render(
         request,
         "registry/alias_list.html",

@@ -8,17 +8,17 @@ Percentiles come from the summed buckets (``histograms.quantile``), never from a
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import F, Max, Q, Sum
-from django.db.models.functions import TruncHour
+import numpy as np
+from django.db import connection
+from django.db.models import Max, Q, Sum
 
 from apps.registry.choices import AliasAction
 from apps.registry.models import Alias, AliasEvent
-from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile
-from apps.serving.models import RequestMinute
+from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
+from apps.serving.models import RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
 
 
@@ -51,12 +51,19 @@ def _sums() -> dict:
 
 
 def _buckets(row: dict, name: str) -> list[int]:
+    """A histogram's counts from a row of ``_sums()``."""
     return [row.get(f) or 0 for f in BUCKETS[name]]
 
 
 def _floor(moment: datetime, step: timedelta) -> datetime:
     seconds = int(moment.timestamp())
     return datetime.fromtimestamp(seconds - seconds % int(step.total_seconds()), UTC)
+
+
+def _aware(moment: datetime | str) -> datetime:
+    if isinstance(moment, str):  # SQLite hands computed timestamps back as text
+        moment = datetime.fromisoformat(moment)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def scope(*, tenant: Tenant | None = None, adapter_id: str = "") -> Q:
@@ -68,71 +75,80 @@ def scope(*, tenant: Tenant | None = None, adapter_id: str = "") -> Q:
     return q
 
 
+def _source(rng: Range, start: datetime):
+    """The rows a range reads: minutes up to a day, else the 5-minute or hourly rollups."""
+    step = int(rng.step.total_seconds())
+    if step == 60:
+        return RequestMinute.objects.filter(minute__gte=start), "minute"
+    return RequestRollup.objects.filter(step_s=step, start__gte=start), "start"
+
+
+def _grouped(qs, field: str) -> tuple[list[str], list[tuple]]:
+    """``qs`` summed per ``field``: the column names and the rows, fetched without the ORM's
+    per-value converters (they cost more than the query for a few thousand rows of ~50 sums)."""
+    query = qs.values(field).annotate(**_sums()).order_by(field)
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [field, *(d[0] for d in cursor.description[1:])]  # "slug" for tenant__slug
+        return names, cursor.fetchall()
+
+
+def _percentile(counts: list[int], q: float, max_ms: float | None = None) -> float | None:
+    value = quantile(counts, q, max_ms=max_ms)
+    return round(value, 2) if value is not None else None
+
+
+def _listed(values) -> list[float | None]:
+    """Rounded floats for JSON, None for NaN (a step without that kind of request)."""
+    return [None if v != v else round(float(v), 2) for v in values]
+
+
 def series(where: Q, rng: Range, *, now: datetime | None = None) -> dict:
     """Per time step over ``rng``: requests, errors, hit rate per tier, TTFT p50/p95/p99,
-    load latency p50/p95 from L3 and L4. Steps without requests are absent, not zero."""
+    load latency p50/p95 from L3 and L4, and the totals of the whole range. Steps without
+    requests are absent, not zero."""
     end = now or datetime.now(UTC)
     start = _floor(end - rng.span, rng.step)
-    trunc = TruncHour("minute") if rng.step >= timedelta(hours=1) else F("minute")
-    rows = (
-        RequestMinute.objects.filter(where, minute__gte=start)
-        .annotate(t=trunc)
-        .values("t")
-        .annotate(**_sums())
-        .order_by("t")
-    )
-    steps: dict[datetime, dict] = {}
-    for row in rows:
-        t = _floor(row["t"], rng.step)
-        merged = steps.get(t)
-        if merged is None:
-            steps[t] = {k: (v or 0) for k, v in row.items() if k != "t"}
-        else:
-            for k, v in row.items():
-                if k == "ttft_max":
-                    merged[k] = max(merged[k], v or 0)
-                elif k != "t":
-                    merged[k] += v or 0
-    out: dict[str, list] = defaultdict(list)
-    for t, row in steps.items():
-        n = row["requests"]
-        ttft = _buckets(row, "ttft")
-        out["t"].append(t.isoformat())
-        out["requests"].append(n)
-        out["errors"].append(row["errors"])
-        out["degraded"].append(row["degraded"])
+    qs, field = _source(rng, start)
+    qs = qs.filter(where)
+    names, rows = _grouped(qs, field)
+    out: dict[str, list] = {"t": [_aware(row[0]).isoformat() for row in rows]}
+    if rows:
+        # one float matrix of the sums, so that percentiles are computed for all steps at once
+        m = np.array([[v or 0 for v in row[1:]] for row in rows], dtype=float)
+        col = {name: i - 1 for i, name in enumerate(names) if i}
+        n = m[:, col["requests"]]
+        out["requests"] = n.astype(int).tolist()
+        out["errors"] = m[:, col["errors"]].astype(int).tolist()
+        out["degraded"] = m[:, col["degraded"]].astype(int).tolist()
         for tier in TIERS:
-            out[f"hit_{tier}"].append(round(row[f"hits_{tier}"] / n, 4) if n else None)
+            share = np.round(m[:, col[f"hits_{tier}"]] / np.where(n > 0, n, np.nan), 4)
+            out[f"hit_{tier}"] = _listed(share)
+        ttft = m[:, [col[f] for f in BUCKETS["ttft"]]]
         for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
-            value = quantile(ttft, q, max_ms=row["ttft_max"])
-            out[f"ttft_{name}"].append(round(value, 2) if value is not None else None)
+            out[f"ttft_{name}"] = _listed(quantiles(ttft, q, max_ms=m[:, col["ttft_max"]]))
         for tier in ("l3", "l4"):
-            loads = _buckets(row, f"load_{tier}")
+            loads = m[:, [col[f] for f in BUCKETS[f"load_{tier}"]]]
+            out[f"loads_{tier}"] = loads.sum(axis=1).astype(int).tolist()
             for name, q in (("p50", 0.5), ("p95", 0.95)):
-                value = quantile(loads, q)
-                out[f"load_{tier}_{name}"].append(round(value, 2) if value is not None else None)
-            out[f"loads_{tier}"].append(sum(loads))
+                out[f"load_{tier}_{name}"] = _listed(quantiles(loads, q))
     return {
         "range": rng.key,
         "step_s": int(rng.step.total_seconds()),
         "start": start.isoformat(),
         "end": end.isoformat(),
+        "totals": summarize(qs.aggregate(**_sums())),
         **out,
     }
 
 
-def totals(where: Q, since: datetime) -> dict:
-    """Sums over a whole period: counts, error rate, hit rates, TTFT percentiles."""
-    row = RequestMinute.objects.filter(where, minute__gte=since).aggregate(**_sums())
-    return summarize(row)
-
-
 def summarize(row: dict) -> dict:
-    n = row.get("requests") or 0
+    n = int(row.get("requests") or 0)
     ttft = _buckets(row, "ttft")
     return {
         "requests": n,
-        "errors": row.get("errors") or 0,
+        "errors": int(row.get("errors") or 0),
         "error_rate": (row.get("errors") or 0) / n if n else None,
         "hit_rate": ((row.get("hits_l1") or 0) + (row.get("hits_l2") or 0)) / n if n else None,
         "ttft_p50": quantile(ttft, 0.5, max_ms=row.get("ttft_max")),
@@ -143,21 +159,22 @@ def summarize(row: dict) -> dict:
 
 def fairness(rng: Range, *, now: datetime | None = None) -> list[dict]:
     """Per tenant over ``rng``: requests, engine hit rate (L1+L2) and p95 TTFT, side by side."""
-    since = (now or datetime.now(UTC)) - rng.span
-    rows = (
-        RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
-        .values("tenant__slug")
-        .annotate(**_sums())
-        .order_by("tenant__slug")
+    end = now or datetime.now(UTC)
+    # Per tenant the range's resolution does not matter: a day or more reads hourly rows.
+    coarse = Range(rng.key, rng.label, rng.span, max(rng.step, timedelta(hours=1)))
+    qs, _ = _source(
+        rng if rng.span < timedelta(days=1) else coarse, _floor(end - rng.span, rng.step)
     )
-    return [{"tenant": row["tenant__slug"], **summarize(row)} for row in rows]
+    names, rows = _grouped(qs.filter(tenant__isnull=False), "tenant__slug")
+    return [{"tenant": row[0], **summarize(dict(zip(names, row, strict=True)))} for row in rows]
 
 
 def canary_evidence(alias: Alias) -> dict | None:
     """Stable against canary since the canary started: requests, error rate, TTFT p50/p95.
 
     The canary's lifetime starts at the latest alias event that set this canary version."""
-    if alias.canary_version_id is None:
+    canary = alias.canary_version
+    if canary is None:
         return None
     started = (
         AliasEvent.objects.filter(
@@ -169,16 +186,14 @@ def canary_evidence(alias: Alias) -> dict | None:
     )
     since = (started or alias.updated_at).replace(second=0, microsecond=0)
     rows = (
-        RequestMinute.objects.filter(
-            tenant_id=alias.tenant_id, alias=alias.name, minute__gte=since
-        )
+        RequestMinute.objects.filter(tenant_id=alias.tenant_id, alias=alias.name, minute__gte=since)
         .values("version")
         .annotate(**_sums())
     )
-    by_version = {row["version"]: summarize(row) for row in rows}
+    by_version = {row["version"]: summarize(dict(row)) for row in rows}
     empty = summarize({})
     return {
         "since": since,
         "stable": by_version.get(alias.version.version, empty),
-        "canary": by_version.get(alias.canary_version.version, empty),
+        "canary": by_version.get(canary.version, empty),
     }

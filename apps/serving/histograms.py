@@ -12,7 +12,9 @@ import bisect
 from collections.abc import Iterable, Sequence
 
 # Upper bounds in milliseconds; a 16th bucket holds everything above the last.
-BOUNDS_MS: tuple[float, ...] = (2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000, 10000)
+BOUNDS_MS: tuple[float, ...] = (
+    2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000, 10000,
+)  # fmt: skip
 N_BUCKETS = len(BOUNDS_MS) + 1
 # The latencies kept as histograms: time to first token, and adapter loads by source tier.
 HISTOGRAMS = ("ttft", "load_l3", "load_l4")
@@ -41,10 +43,7 @@ def quantile(counts: Sequence[int], q: float, *, max_ms: float | None = None) ->
     for i, n in enumerate(counts):
         if n and seen + n >= rank:
             lower = BOUNDS_MS[i - 1] if i > 0 else 0.0
-            if i < len(BOUNDS_MS):
-                upper = BOUNDS_MS[i]
-            else:
-                upper = max(max_ms or lower, lower)
+            upper = BOUNDS_MS[i] if i < len(BOUNDS_MS) else max(max_ms or lower, lower)
             if max_ms is not None:
                 upper = min(upper, max(max_ms, lower))
             return lower + (upper - lower) * (rank - seen) / n
@@ -58,3 +57,31 @@ def merge(rows: Iterable[Sequence[int]]) -> list[int]:
         for i, n in enumerate(row):
             total[i] += n
     return total
+
+
+def quantiles(counts, q: float, *, max_ms=None):
+    """``quantile`` for many histograms at once: ``counts`` is an (n, N_BUCKETS) array, the
+    result n values (NaN where a histogram is empty); ``max_ms`` an optional array of n."""
+    import numpy as np
+
+    counts = np.asarray(counts, dtype=float)
+    total = counts.sum(axis=1)
+    rank = q * total
+    cum = counts.cumsum(axis=1)
+    # the first non-empty bucket whose cumulative count reaches the rank
+    reached = (cum >= rank[:, None]) & (counts > 0)
+    index = reached.argmax(axis=1)
+    rows = np.arange(len(counts))
+    lower_bounds = np.concatenate(([0.0], BOUNDS_MS))
+    upper_bounds = np.concatenate((BOUNDS_MS, [np.nan]))
+    lower = lower_bounds[index]
+    upper = upper_bounds[index]
+    if max_ms is not None:
+        peak = np.maximum(np.asarray(max_ms, dtype=float), lower)
+        upper = np.where(np.isnan(upper), peak, np.minimum(upper, peak))
+    upper = np.where(np.isnan(upper), lower, upper)
+    in_bucket = counts[rows, index]
+    seen = cum[rows, index] - in_bucket
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = lower + (upper - lower) * (rank - seen) / in_bucket
+    return np.where(total > 0, values, np.nan)

@@ -61,7 +61,9 @@ def _call(node: Node, method: str, path: str, body: dict | None = None) -> dict:
         )
     except httpx.HTTPError as exc:
         logger.warning("node %s did not answer %s %s: %s", node.name, method, path, exc)
-        raise NodeUnavailable(f"node '{node.name}' did not answer ({node.url}); is it running?") from None
+        raise NodeUnavailable(
+            f"node '{node.name}' did not answer ({node.url}); is it running?"
+        ) from None
     try:
         data = response.json()
     except ValueError:

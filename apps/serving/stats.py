@@ -24,7 +24,7 @@ from django.db.models import F, Sum
 from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
 from apps.registry.models import AdapterVersion
 from apps.serving.histograms import bucket_of
-from apps.serving.models import RequestLog, RequestMinute
+from apps.serving.models import RequestLog, RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
 from lorahub.cacheconfig import CacheConfig
 
@@ -159,19 +159,70 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             ],
             batch_size=BATCH,
         )
-        for (minute, tenant_id, alias, adapter_id, version), sums in rollups.items():
-            key = {
-                "minute": minute,
-                "tenant_id": tenant_id,
-                "alias": alias,
-                "adapter_id": adapter_id,
-                "version": version,
-            }
-            rollup, _ = RequestMinute.objects.select_for_update().get_or_create(**key)
-            peak = max(rollup.ttft_ms_max, sums.pop("ttft_ms_max", 0.0))
-            RequestMinute.objects.filter(pk=rollup.pk).update(
-                ttft_ms_max=peak, **{name: F(name) + value for name, value in sums.items()}
+        coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for (minute, *rest), sums in rollups.items():
+            _add(
+                RequestMinute, {"minute": minute, **dict(zip(KEY_FIELDS, rest, strict=True))}, sums
             )
+            for step in ROLLUP_STEPS:
+                start = _step_start(minute, step)
+                _merge(coarse[(step, start, *rest)], sums)
+        for (step, start, *rest), sums in coarse.items():
+            key = {"step_s": step, "start": start, **dict(zip(KEY_FIELDS, rest, strict=True))}
+            _add(RequestRollup, key, sums)
+
+
+KEY_FIELDS = ("tenant_id", "alias", "adapter_id", "version")
+ROLLUP_STEPS = (300, 3600)  # the coarser rollups (RequestRollup) beside the minute rows
+
+
+def _step_start(moment: datetime, step: int) -> datetime:
+    seconds = int(moment.timestamp())
+    return datetime.fromtimestamp(seconds - seconds % step, UTC)
+
+
+def _merge(into: dict[str, float], sums: dict[str, float]) -> None:
+    for name, value in sums.items():
+        into[name] = max(into[name], value) if name == "ttft_ms_max" else into[name] + value
+
+
+def _add(model, key: dict, sums: dict[str, float]) -> None:
+    """Add ``sums`` to the row ``key`` of ``model`` (created if missing); the TTFT maximum
+    is kept as a maximum. The caller holds a transaction."""
+    sums = dict(sums)
+    row, _ = model.objects.select_for_update().get_or_create(**key)
+    peak = max(row.ttft_ms_max, sums.pop("ttft_ms_max", 0.0))
+    model.objects.filter(pk=row.pk).update(
+        ttft_ms_max=peak, **{name: F(name) + value for name, value in sums.items()}
+    )
+
+
+def rebuild_rollups(minute_model=RequestMinute, rollup_model=RequestRollup) -> int:
+    """Recompute every 5-minute and hourly rollup from the minute rows (after a bulk load, or
+    for rows written before the coarser rollups existed). Returns the rows written."""
+    counted = [
+        f.name
+        for f in minute_model._meta.concrete_fields
+        if f.name not in ("id", "minute", "tenant", *KEY_FIELDS)
+    ]
+    coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    rows = minute_model.objects.values_list("minute", *KEY_FIELDS, *counted)
+    for minute, *rest in rows.iterator(chunk_size=5000):
+        key, values = rest[: len(KEY_FIELDS)], rest[len(KEY_FIELDS) :]
+        sums = dict(zip(counted, values, strict=True))
+        for step in ROLLUP_STEPS:
+            _merge(coarse[(step, _step_start(minute, step), *key)], sums)
+    rollup_model.objects.all().delete()
+    rollup_model.objects.bulk_create(
+        [
+            rollup_model(
+                step_s=step, start=start, **dict(zip(KEY_FIELDS, key, strict=True)), **sums
+            )
+            for (step, start, *key), sums in coarse.items()
+        ],
+        batch_size=2000,
+    )
+    return len(coarse)
 
 
 def purge_old_statistics() -> tuple[int, int]:
@@ -179,9 +230,9 @@ def purge_old_statistics() -> tuple[int, int]:
     logs, _ = RequestLog.objects.filter(
         at__lt=now - timedelta(days=settings.LORAHUB_REQUEST_LOG_RETENTION_DAYS)
     ).delete()
-    rollups, _ = RequestMinute.objects.filter(
-        minute__lt=now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
-    ).delete()
+    horizon = now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
+    rollups, _ = RequestMinute.objects.filter(minute__lt=horizon).delete()
+    RequestRollup.objects.filter(start__lt=horizon).delete()
     return logs, rollups
 
 

@@ -57,7 +57,7 @@ def _operator(principal) -> bool:
 def home(request: HttpRequest) -> HttpResponse:
     principal = principal_of(request)
     memberships = list(
-        Membership.objects.filter(user=request.user)
+        Membership.objects.filter(user=principal.user)
         .select_related("tenant")
         .order_by("tenant__slug")
     )
@@ -117,8 +117,8 @@ def _residency(tenant_id: int) -> tuple[list[dict], list[str]]:
             problems.append(exc.message)
             continue
         tiers = state.get("tiers", {})
-        mine = lambda tier: [r for r in tiers.get(tier, []) if r.get("tenant_id") == tenant_id]  # noqa: E731
-        hot, warm = mine("L1"), mine("L1") + mine("L2")
+        hot = [r for r in tiers.get("L1", []) if r.get("tenant_id") == tenant_id]
+        warm = hot + [r for r in tiers.get("L2", []) if r.get("tenant_id") == tenant_id]
         rows.append(
             {
                 "node": node.name,
@@ -178,7 +178,9 @@ def _range(request: HttpRequest) -> dashboards.Range:
 def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
     adapter_ids = list(
-        Adapter.objects.filter(tenant=tenant).order_by("adapter_id").values_list("adapter_id", flat=True)
+        Adapter.objects.filter(tenant=tenant)
+        .order_by("adapter_id")
+        .values_list("adapter_id", flat=True)
     )
     return render(
         request,
@@ -202,10 +204,9 @@ def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     rng = _range(request)
     adapter_id = request.GET.get("adapter", "")
     data = dashboards.series(dashboards.scope(tenant=tenant, adapter_id=adapter_id), rng)
-    totals = dashboards.totals(
-        dashboards.scope(tenant=tenant, adapter_id=adapter_id), datetime.now(UTC) - rng.span
+    return JsonResponse(
+        {"figures": charts.timeline(data), "totals": data["totals"], "range": rng.key}
     )
-    return JsonResponse({"figures": charts.timeline(data), "totals": totals, "range": rng.key})
 
 
 @require(_operator, "operators")
@@ -218,7 +219,13 @@ def operator_dashboard(request: HttpRequest) -> HttpResponse:
             "ranges": dashboards.RANGES.values(),
             "range": _range(request).key,
             "data_url": reverse("serving:operator_dashboard_data"),
-            "charts": ["chart-fairness", "chart-ttft", "chart-hits", "chart-requests", "chart-loads"],
+            "charts": [
+                "chart-fairness",
+                "chart-ttft",
+                "chart-hits",
+                "chart-requests",
+                "chart-loads",
+            ],
             "section": "operator_dashboard",
         },
     )
@@ -232,7 +239,7 @@ def operator_dashboard_data(request: HttpRequest) -> JsonResponse:
     return JsonResponse(
         {
             "figures": {**charts.fairness(fair), **charts.timeline(data)},
-            "totals": dashboards.totals(dashboards.scope(), datetime.now(UTC) - rng.span),
+            "totals": data["totals"],
             "tenants": fair,
             "range": rng.key,
         }
@@ -331,7 +338,7 @@ def cache_config(request: HttpRequest) -> HttpResponse:
             messages.error(request, "Nothing was saved: fix the fields marked below.")
         else:
             try:
-                _, restart = config.set_config(data=values, actor=request.user)
+                _, restart = config.set_config(data=values, actor=principal_of(request).user)
             except Invalid as exc:  # validated above; a race with another operator's change
                 messages.error(request, exc.message)
                 status = 422
@@ -339,7 +346,11 @@ def cache_config(request: HttpRequest) -> HttpResponse:
                 messages.success(
                     request,
                     "Saved. Nodes apply it at once"
-                    + (f", except {', '.join(restart)}: that needs a node restart." if restart else "."),
+                    + (
+                        f", except {', '.join(restart)}: that needs a node restart."
+                        if restart
+                        else "."
+                    ),
                 )
     return render(
         request,
@@ -393,7 +404,7 @@ def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
         tenant_services.record_event(
             action=f"node.{verb}",
             obj=version,
-            actor=request.user,
+            actor=principal_of(request).user,
             tenant=version.adapter.tenant,
             after={"node": target.name, "tier": tier, **result},
         )

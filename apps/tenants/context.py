@@ -13,7 +13,7 @@ def console_nav(request: HttpRequest) -> dict:
         return {}
     principal = principal_of(request)
     tenants = list(Tenant.objects.filter(id__in=principal.tenant_ids).order_by("slug"))
-    slug = (getattr(request, "resolver_match", None) and request.resolver_match.kwargs.get("slug"))
+    slug = getattr(request, "resolver_match", None) and request.resolver_match.kwargs.get("slug")
     current = next((t for t in tenants if t.slug == slug), None)
     if current is None and slug and principal.is_operator:
         current = Tenant.objects.filter(slug=slug).first()

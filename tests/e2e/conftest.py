@@ -81,7 +81,9 @@ class BrowserErrors:
 
     def on_response(self, response) -> None:
         if response.status >= 400 and response.status not in self.allowed:
-            self.problems.append(f"HTTP {response.status} for {response.request.method} {response.url}")
+            self.problems.append(
+                f"HTTP {response.status} for {response.request.method} {response.url}"
+            )
 
 
 @pytest.fixture

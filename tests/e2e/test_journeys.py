@@ -49,7 +49,9 @@ def test_a_tenant_uploads_through_the_form_and_watches_it_reach_pending_review(
     # an invalid upload (rank above the platform's maximum): the reason, exactly as the API says
     edit_config(adapter_files, r=64)
     upload_through_the_form(page, "support", "2026-12-01.2", adapter_files)
-    expect(page.locator("#upload-state")).to_have_attribute("data-state", "rejected", timeout=60_000)
+    expect(page.locator("#upload-state")).to_have_attribute(
+        "data-state", "rejected", timeout=60_000
+    )
     rejected = AdapterVersion.objects.get(adapter__adapter_id="support", version="2026-12-01.2")
     assert rejected.state == "rejected"
     expect(page.locator("#upload-reason")).to_have_text(rejected.rejection_reason)
@@ -195,7 +197,10 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
     hits = page.evaluate(
         "['L1','L2','L3','L4'].map((t, i) => document.getElementById('chart-hits').data[i].y)"
     )
-    found = {tier: sum(getattr(r, f"hits_{tier.lower()}") for r in rows) for tier in "L1 L2 L3 L4".split()}
+    found = {
+        tier: sum(getattr(r, f"hits_{tier.lower()}") for r in rows)
+        for tier in ["L1", "L2", "L3", "L4"]
+    }
     for tier, ys in zip(("L1", "L2", "L3", "L4"), hits, strict=True):
         steps = [(y or 0) * n for y, n in zip(ys, plotted, strict=True)]
         assert round(sum(steps)) == found[tier], (tier, ys, found)
@@ -250,12 +255,15 @@ def test_an_operator_edits_tier_capacities_and_evicts_from_a_node(
     expect(page.locator(".msg-success")).to_contain_text("warmed into L2")
     # in the engine: L1 while it is among the most recently used, else L2
     in_engine = page.locator(
-        f'table[data-tier="L1"] tr[data-version="{v1}"], table[data-tier="L2"] tr[data-version="{v1}"]'
+        f'table[data-tier="L1"] tr[data-version="{v1}"], '
+        f'table[data-tier="L2"] tr[data-version="{v1}"]'
     )
     expect(in_engine).to_have_count(1)
     keep_for_docs(screenshot(page, "nodes"))
     in_engine.get_by_role("button", name="Evict from engine").click()
-    expect(page.locator("#confirm-text")).to_contain_text("Evict tenant-a/support@v1 from the engine")
+    expect(page.locator("#confirm-text")).to_contain_text(
+        "Evict tenant-a/support@v1 from the engine"
+    )
     confirm(page)
     expect(page.locator(".msg-success")).to_contain_text("evicted from L2")
     expect(in_engine).to_have_count(0)

@@ -20,8 +20,12 @@ pytestmark = pytest.mark.browser
 def seeded(published, tenant_a, tenant_b, operator):
     alice = tenant_services.ensure_user(username="alice", password="alice-pass-123")
     principal = principal_for_user(alice)
-    aliases.set_alias(principal=principal, tenant=tenant_a, name="support", version_id=published["v1"])
-    aliases.set_alias(principal=principal, tenant=tenant_a, name="support", version_id=published["v3"])
+    aliases.set_alias(
+        principal=principal, tenant=tenant_a, name="support", version_id=published["v1"]
+    )
+    aliases.set_alias(
+        principal=principal, tenant=tenant_a, name="support", version_id=published["v3"]
+    )
     aliases.set_canary(
         principal=principal, tenant=tenant_a, name="support", version_id=published["v2"], percent=25
     )
@@ -101,5 +105,7 @@ def test_the_rest_api_docs_are_served_without_internet(page, console, tenant_a):
     expect(page.locator(".swagger-ui")).to_contain_text("/api/aliases/{name}/rollback")
     keep_for_docs(screenshot(page, "api-docs"))
     # no request left this machine: every script and style came from our own static files
-    scripts = page.eval_on_selector_all("script[src], link[href]", "els => els.map(e => e.src || e.href)")
+    scripts = page.eval_on_selector_all(
+        "script[src], link[href]", "els => els.map(e => e.src || e.href)"
+    )
     assert scripts and all(url.startswith(console) for url in scripts), scripts

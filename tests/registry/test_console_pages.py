@@ -5,13 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.tenants import services as tenant_services
 from apps.tenants.models import AuditEvent
-from tests.helpers import user_client
+from tests.helpers import count_queries, user_client
 
 TENANT_PAGES = (
     "/t/{t}/adapters/",
@@ -38,9 +36,10 @@ def _rows(tenant, n: int, start: int = 0) -> None:
 
 
 def _queries(client, path: str) -> int:
-    with CaptureQueriesContext(connection) as captured:
+    with count_queries() as statements:
         assert client.get(path).status_code == 200, path
-    return len(captured.captured_queries)
+    assert statements, path
+    return len(statements)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +113,8 @@ def test_a_console_alias_move_is_the_services_move_with_its_audit_and_history(pu
 def test_a_bad_alias_form_says_what_to_do_and_stores_nothing(published, tenant_a):
     alice = user_client("alice", "alice-pass-123")
     response = alice.post(
-        "/t/tenant-a/aliases/new/set", {"name": "Bad Name!", "version_id": published["v1"]},
+        "/t/tenant-a/aliases/new/set",
+        {"name": "Bad Name!", "version_id": published["v1"]},
         follow=True,
     )
     assert "is not valid: use 2-63 lowercase letters" in response.content.decode()

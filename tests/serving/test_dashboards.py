@@ -40,7 +40,13 @@ def test_the_open_last_bucket_ends_at_the_largest_value_seen():
 
 
 def _record(tenant_id, at, **fields):
-    base = {"alias": "support", "adapter_id": "support", "version": "v1", "tier": "L1", "status": 200}
+    base = {
+        "alias": "support",
+        "adapter_id": "support",
+        "version": "v1",
+        "tier": "L1",
+        "status": 200,
+    }
     return RequestRecord(tenant_id=tenant_id, at=at, **{**base, **fields})
 
 
@@ -101,3 +107,36 @@ def test_fairness_puts_every_tenants_hit_rate_and_p95_side_by_side(tenant_a, ten
     assert rows["tenant-a"]["hit_rate"] == 0.5
     assert rows["tenant-b"]["hit_rate"] == 1.0
     assert rows["tenant-b"]["ttft_p95"] > rows["tenant-a"]["ttft_p95"]
+
+
+def test_rebuilding_the_coarse_rollups_from_minutes_gives_what_was_written(tenant_a):
+    from apps.serving.models import RequestRollup
+    from apps.serving.stats import rebuild_rollups
+
+    now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
+    write_records(
+        "n1",
+        [_record(tenant_a.id, now + timedelta(minutes=m), ttft_ms=5 * m + 1) for m in range(70)],
+    )
+    fields = ["step_s", "start", "requests", "ttft_count", "ttft_ms_max", "ttft_b03", "ttft_b08"]
+    written = sorted(RequestRollup.objects.values_list(*fields))
+    assert {row[0] for row in written} == {300, 3600}
+    assert sum(row[2] for row in written if row[0] == 3600) == 70
+    rebuild_rollups()
+    assert sorted(RequestRollup.objects.values_list(*fields)) == written
+
+
+def test_percentiles_of_many_steps_at_once_equal_one_at_a_time():
+    import random
+
+    from apps.serving.histograms import quantiles
+
+    rng = random.Random(3)
+    rows = [[rng.choice([0, 0, 1, 5, 40]) for _ in range(N_BUCKETS)] for _ in range(200)]
+    rows.append([0] * N_BUCKETS)
+    peaks = [rng.uniform(1, 30_000) for _ in rows]
+    for q in (0.5, 0.95, 0.99):
+        many = quantiles(rows, q, max_ms=peaks)
+        for row, peak, value in zip(rows, peaks, many, strict=True):
+            one = quantile(row, q, max_ms=peak)
+            assert (one is None and value != value) or value == pytest.approx(one), (row, q)

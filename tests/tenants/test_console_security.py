@@ -10,7 +10,9 @@ from apps.tenants.models import ApiKey
 from tests.helpers import user_client
 
 
-def test_repeated_wrong_passwords_lock_the_sign_in_even_for_the_right_one(client, tenant_a, settings):
+def test_repeated_wrong_passwords_lock_the_sign_in_even_for_the_right_one(
+    client, tenant_a, settings
+):
     for _ in range(settings.AXES_FAILURE_LIMIT):
         response = client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
     response = client.post("/accounts/login/", {"username": "alice", "password": "alice-pass-123"})

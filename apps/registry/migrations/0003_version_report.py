@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('registry', '0002_signingkey'),
+        ("registry", "0002_signingkey"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='adapterversion',
-            name='report',
+            model_name="adapterversion",
+            name="report",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

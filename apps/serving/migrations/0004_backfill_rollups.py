@@ -1,0 +1,15 @@
+from django.db import migrations
+
+
+def backfill(apps, schema_editor):
+    from apps.serving.stats import rebuild_rollups
+
+    rebuild_rollups(
+        apps.get_model("serving", "RequestMinute"), apps.get_model("serving", "RequestRollup")
+    )
+
+
+class Migration(migrations.Migration):
+    dependencies = [("serving", "0003_rollup_histograms")]
+
+    operations = [migrations.RunPython(backfill, migrations.RunPython.noop)]
