@@ -100,6 +100,45 @@ def timeline(data: dict) -> dict[str, Figure]:
     }
 
 
+def cache(data: dict, *, hot_quota: int | None = None, warm_quota: int | None = None) -> Figure:
+    """Evictions per step (bars) and, for a tenant, its engine residency against its quota."""
+    t = data["t"]
+    width = data.get("step_s", 60) * 1000 * 0.9
+    traces: list[dict] = [
+        {"type": "bar", "x": t, "y": data["evictions_l2"], "name": "evicted from engine (L2)",
+         "width": width, "marker": {"color": TIER_COLORS["l2"]}},
+        {"type": "bar", "x": t, "y": data["evictions_l3"], "name": "evicted from disk (L3)",
+         "width": width, "marker": {"color": TIER_COLORS["l3"]}},
+    ]  # fmt: skip
+    if data["warm"]:
+        traces += [
+            {"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#1b7f3b"},
+             "x": t, "y": data["warm"], "name": "warm (in engine)", "yaxis": "y2"},
+            {"type": "scatter", "mode": "lines", "line": {"shape": "hv", "color": "#6b3fa0"},
+             "x": t, "y": data["hot"], "name": "hot (device slots)", "yaxis": "y2"},
+        ]  # fmt: skip
+    shapes = [
+        {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y2", "y0": q, "y1": q,
+         "line": {"dash": "dash", "color": color, "width": 1}}
+        for q, color in ((warm_quota, "#1b7f3b"), (hot_quota, "#6b3fa0")) if q
+    ]  # fmt: skip
+    layout = _layout(
+        "Evictions" + (" and residency against quota (dashed)" if data["warm"] else ""),
+        "evictions",
+        xaxis={"type": "date", "range": [data["start"], data["end"]]},
+        barmode="stack",
+        shapes=shapes,
+    )
+    if data["warm"]:
+        layout["yaxis2"] = {
+            "title": {"text": "versions"},
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+        }
+    return {"data": traces, "layout": layout}
+
+
 def fairness(rows: list[dict]) -> dict[str, Figure]:
     """Each tenant's engine hit rate and p95 TTFT side by side (operators)."""
     tenants = [r["tenant"] for r in rows]

@@ -18,7 +18,7 @@ from django.db.models import Max, Q, Sum
 from apps.registry.choices import AliasAction
 from apps.registry.models import Alias, AliasEvent
 from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
-from apps.serving.models import RequestMinute, RequestRollup
+from apps.serving.models import CacheMinute, RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
 
 
@@ -140,6 +140,45 @@ def series(where: Q, rng: Range, *, now: datetime | None = None) -> dict:
         "end": end.isoformat(),
         "totals": summarize(qs.aggregate(**_sums())),
         **out,
+    }
+
+
+def cache_series(rng: Range, *, tenant: Tenant | None = None, now: datetime | None = None) -> dict:
+    """Per step: evictions from the engine (L2) and disk (L3), summed over nodes; for one
+    tenant also its peak hot and warm residency (carried forward: a row is written only when
+    residency changes). Few rows: minutes without evictions or changes have none."""
+    end = now or datetime.now(UTC)
+    start = _floor(end - rng.span, rng.step)
+    rows = CacheMinute.objects.filter(minute__gte=start)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    step = int(rng.step.total_seconds())
+    steps: dict[datetime, list[int]] = {}
+    latest: dict[str, tuple[int, int]] = {}  # node -> (hot, warm) so far
+    if tenant is not None:
+        before = CacheMinute.objects.filter(tenant=tenant, minute__lt=start)
+        for node in before.values_list("node", flat=True).distinct():
+            last = before.filter(node=node).order_by("-minute").values_list("hot", "warm").first()
+            latest[node] = last or (0, 0)
+    fields = ("minute", "node", "evictions_l2", "evictions_l3", "hot", "warm")
+    for minute, node, e2, e3, hot, warm in rows.order_by("minute").values_list(*fields):
+        t = _floor(_aware(minute), rng.step)
+        totals = steps.setdefault(t, [0, 0, 0, 0])
+        totals[0] += e2
+        totals[1] += e3
+        latest[node] = (hot, warm)
+        totals[2] = max(totals[2], sum(h for h, _ in latest.values()))
+        totals[3] = max(totals[3], sum(w for _, w in latest.values()))
+    ordered = sorted(steps.items())
+    return {
+        "t": [t.isoformat() for t, _ in ordered],
+        "evictions_l2": [v[0] for _, v in ordered],
+        "evictions_l3": [v[1] for _, v in ordered],
+        "hot": [v[2] for _, v in ordered] if tenant is not None else [],
+        "warm": [v[3] for _, v in ordered] if tenant is not None else [],
+        "step_s": step,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
     }
 
 

@@ -179,7 +179,7 @@ class InternalApi:
                 await placement.remove(lora_id)
                 if tier == "L3":
                     await asyncio.to_thread(placement.evict_from_disk, resolved)
-            self.node.metrics.evictions.labels(tier=tier).inc()
+            self.node.evicted(tier, resolved.tenant_id)
             return JSONResponse({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)

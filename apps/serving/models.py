@@ -110,6 +110,29 @@ for _model in (RequestMinute, RequestRollup):
             _model.add_to_class(_name, models.PositiveIntegerField(default=0))
 
 
+class CacheMinute(models.Model):
+    """A node's adapter cache per minute and tenant: evictions from the engine (L2) and from
+    disk (L3), and the most versions held in the device slots (hot) and the engine (warm).
+    Written only for minutes in which something was evicted or residency changed."""
+
+    minute = models.DateTimeField()
+    node = models.CharField(max_length=100)
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.CASCADE, related_name="+")
+    evictions_l2 = models.PositiveIntegerField(default=0)
+    evictions_l3 = models.PositiveIntegerField(default=0)
+    hot = models.PositiveIntegerField(default=0)
+    warm = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "node", "tenant"], name="one_cache_minute")
+        ]
+        indexes = [models.Index(fields=["tenant", "minute"], name="cache_tenant_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.node} hot={self.hot} warm={self.warm}"
+
+
 class CacheSettings(models.Model):
     """The adapter-cache configuration an operator set at run time (one row; none means the
     node's YAML file applies). Stored in the seed's shape, validated before it is saved."""

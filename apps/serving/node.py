@@ -83,7 +83,7 @@ class Node:
             policy=make_policy(self.config.adapter_cache.gpu_hot.eviction_policy),
             limits=Limits.from_config(self.config),
             on_integrity_failure=self._integrity_failure,
-            on_evict=lambda tier: self.metrics.evictions.labels(tier=tier).inc(),
+            on_evict=self.evicted,
             on_load=lambda tier, ms: self.metrics.load_latency.labels(source_tier=tier).observe(ms),
         )
         self.rate = RateLimiter()
@@ -247,10 +247,17 @@ class Node:
             except Exception:
                 logger.warning("TTL sweep failed", exc_info=True)
 
+    def evicted(self, tier: str, tenant_id: int | None = None) -> None:
+        """An adapter left a tier: counted in the metrics and in the dashboards' statistics."""
+        self.metrics.evictions.labels(tier=tier).inc()
+        self.stats.count_eviction(tier, tenant_id)
+
     async def _watch_engine(self) -> None:
-        """Restart the engine if it dies; the placement forgets what the dead one held."""
+        """Restart the engine if it dies; the placement forgets what the dead one held.
+        Each second it also notes the engine's residency per tenant for the dashboards."""
         while True:
             await asyncio.sleep(1.0)
+            self.stats.note_residency(self.placement.residency())
             if self.engine.info().state != "dead":
                 continue
             logger.error("the vLLM engine died; restarting it")
@@ -357,8 +364,9 @@ class Node:
         while self.placement.in_use(version_id) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         if self.placement.holds(version_id) and not self.placement.in_use(version_id):
+            tenant_id = self.placement.residency_owner(version_id)
             await self.placement.remove(version_id)
-            self.metrics.evictions.labels(tier="L2").inc()
+            self.evicted("L2", tenant_id)
 
     # --- endpoints -------------------------------------------------------------------------
 

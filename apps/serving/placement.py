@@ -128,7 +128,7 @@ class Placement:
         policy: Policy | None = None,
         limits: Limits | None = None,
         on_integrity_failure=None,
-        on_evict: Callable[[str], None] | None = None,
+        on_evict: Callable[[str, int | None], None] | None = None,
         on_load: Callable[[str, float], None] | None = None,
     ) -> None:
         self.engine = engine
@@ -283,7 +283,7 @@ class Placement:
             evicted.append(version_id)
             self.policy.on_evict(victim, time.monotonic())
             if self.on_evict:
-                self.on_evict("L3")
+                self.on_evict("L3", victim.tenant_id)
         if over > 0:
             logger.warning(
                 "the disk cache is %d bytes over its cap; everything left is in use", over
@@ -465,7 +465,7 @@ class Placement:
                 self.policy.on_evict(victim, time.monotonic())
                 await self.remove(victim.key[0])
                 if self.on_evict:
-                    self.on_evict("L2")
+                    self.on_evict("L2", victim.tenant_id)
 
     def expire(self) -> list[int]:
         """The unpinned versions idle in the engine longer than the TTL (to be removed)."""
@@ -479,9 +479,10 @@ class Placement:
     async def expire_idle(self) -> int:
         expired = self.expire()
         for lora_id in expired:
+            resident = self._residents.get(lora_id)
             await self.remove(lora_id)
             if self.on_evict:
-                self.on_evict("L2")
+                self.on_evict("L2", resident.tenant_id if resident else None)
         return len(expired)
 
     def _device_set(self) -> set[int]:
@@ -667,6 +668,20 @@ class Placement:
     def hot_bytes(self) -> int:
         device = self._device_set()
         return sum(r.size_bytes for r in self._residents.values() if r.key[0] in device)
+
+    def residency_owner(self, version_id: int) -> int | None:
+        """The tenant id of a version in the engine, or None."""
+        resident = self._residents.get(version_id)
+        return resident.tenant_id if resident else None
+
+    def residency(self) -> dict[int, tuple[int, int]]:
+        """Per tenant id: versions in the device slots (L1) and in the engine (L1 + L2)."""
+        device = self._device_set()
+        counts: dict[int, tuple[int, int]] = {}
+        for version_id, r in self._residents.items():
+            hot, warm = counts.get(r.tenant_id, (0, 0))
+            counts[r.tenant_id] = (hot + (version_id in device), warm + 1)
+        return counts
 
     def quota_usage(self) -> dict[str, float]:
         """Per tenant slug: versions in the engine (L1 + L2) as a share of its warm quota."""

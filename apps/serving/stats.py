@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
@@ -24,7 +25,7 @@ from django.db.models import F, Sum
 from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
 from apps.registry.models import AdapterVersion
 from apps.serving.histograms import bucket_of
-from apps.serving.models import RequestLog, RequestMinute, RequestRollup
+from apps.serving.models import CacheMinute, RequestLog, RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
 from lorahub.cacheconfig import CacheConfig
 
@@ -56,6 +57,10 @@ class RequestRecord:
 class StatsRecorder:
     def __init__(self, node: str, on_drop=None) -> None:
         self.node = node
+        # cache activity per (minute, tenant id): evictions add up, residency keeps its peak
+        self._cache_lock = threading.Lock()
+        self._cache: dict[tuple[datetime, int | None], dict[str, int]] = {}
+        self._last_residency: dict[int, tuple[int, int]] = {}
         self._queue: queue.Queue[RequestRecord] = queue.Queue(maxsize=QUEUE_SIZE)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,6 +74,30 @@ class StatsRecorder:
         except queue.Full:
             if self._on_drop:
                 self._on_drop()
+
+    def _cache_row(self, tenant_id: int | None) -> dict[str, int]:
+        minute = datetime.now(UTC).replace(second=0, microsecond=0)
+        return self._cache.setdefault((minute, tenant_id), defaultdict(int))
+
+    def count_eviction(self, tier: str, tenant_id: int | None) -> None:
+        """An adapter left the engine (L2) or the disk (L3). Never blocks on the database."""
+        if tier not in ("L2", "L3"):
+            return
+        with self._cache_lock:
+            self._cache_row(tenant_id)[f"evictions_{tier.lower()}"] += 1
+
+    def note_residency(self, usage: dict[int, tuple[int, int]]) -> None:
+        """The engine's residency per tenant id, (hot, warm); recorded when it changes (and
+        as 0 for a tenant that has nothing left), so quiet minutes cost no rows."""
+        with self._cache_lock:
+            for tenant_id in set(usage) | set(self._last_residency):
+                hot, warm = usage.get(tenant_id, (0, 0))
+                if self._last_residency.get(tenant_id) == (hot, warm):
+                    continue
+                row = self._cache_row(tenant_id)
+                row["hot"], row["warm"] = max(row["hot"], hot), max(row["warm"], warm)
+                row["seen"] = 1
+            self._last_residency = {t: v for t, v in usage.items() if v != (0, 0)}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="request-stats", daemon=True)
@@ -102,6 +131,10 @@ class StatsRecorder:
                 break
         if batch:
             write_records(self.node, batch)
+        with self._cache_lock:
+            cache, self._cache = self._cache, {}
+        if cache:
+            write_cache_minutes(self.node, cache)
         return len(batch)
 
 
@@ -225,6 +258,24 @@ def rebuild_rollups(minute_model=RequestMinute, rollup_model=RequestRollup) -> i
     return len(coarse)
 
 
+def write_cache_minutes(node: str, rows: dict[tuple[datetime, int | None], dict[str, int]]) -> None:
+    """Add evictions and keep the residency peak of each (minute, tenant) row."""
+    ids = {tenant_id for _, tenant_id in rows if tenant_id is not None}
+    known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    with transaction.atomic():
+        for (minute, tenant_id), counts in rows.items():
+            if tenant_id is not None and tenant_id not in known:
+                continue
+            key: dict[str, Any] = {"minute": minute, "node": node, "tenant_id": tenant_id}
+            row, _ = CacheMinute.objects.select_for_update().get_or_create(**key)
+            CacheMinute.objects.filter(pk=row.pk).update(
+                evictions_l2=F("evictions_l2") + counts.get("evictions_l2", 0),
+                evictions_l3=F("evictions_l3") + counts.get("evictions_l3", 0),
+                hot=max(row.hot, counts.get("hot", 0)) if counts.get("seen") else row.hot,
+                warm=max(row.warm, counts.get("warm", 0)) if counts.get("seen") else row.warm,
+            )
+
+
 def purge_old_statistics() -> tuple[int, int]:
     now = datetime.now(UTC)
     logs, _ = RequestLog.objects.filter(
@@ -233,6 +284,7 @@ def purge_old_statistics() -> tuple[int, int]:
     horizon = now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
     rollups, _ = RequestMinute.objects.filter(minute__lt=horizon).delete()
     RequestRollup.objects.filter(start__lt=horizon).delete()
+    CacheMinute.objects.filter(minute__lt=horizon).delete()
     return logs, rollups
 
 

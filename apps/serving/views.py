@@ -192,7 +192,7 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
             "ranges": dashboards.RANGES.values(),
             "range": _range(request).key,
             "data_url": reverse("serving:dashboard_data", args=[tenant.slug]),
-            "charts": ["chart-ttft", "chart-hits", "chart-requests", "chart-loads"],
+            "charts": ["chart-ttft", "chart-hits", "chart-requests", "chart-loads", "chart-cache"],
             "section": "dashboard",
         },
     )
@@ -204,9 +204,16 @@ def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     rng = _range(request)
     adapter_id = request.GET.get("adapter", "")
     data = dashboards.series(dashboards.scope(tenant=tenant, adapter_id=adapter_id), rng)
-    return JsonResponse(
-        {"figures": charts.timeline(data), "totals": data["totals"], "range": rng.key}
-    )
+    quota = tenant_services.get_quota(tenant)
+    figures = {
+        **charts.timeline(data),
+        "chart-cache": charts.cache(
+            dashboards.cache_series(rng, tenant=tenant),
+            hot_quota=quota.max_hot_adapters,
+            warm_quota=quota.max_warm_adapters,
+        ),
+    }
+    return JsonResponse({"figures": figures, "totals": data["totals"], "range": rng.key})
 
 
 @require(_operator, "operators")
@@ -238,7 +245,11 @@ def operator_dashboard_data(request: HttpRequest) -> JsonResponse:
     fair = dashboards.fairness(rng)
     return JsonResponse(
         {
-            "figures": {**charts.fairness(fair), **charts.timeline(data)},
+            "figures": {
+                **charts.fairness(fair),
+                **charts.timeline(data),
+                "chart-cache": charts.cache(dashboards.cache_series(rng)),
+            },
             "totals": data["totals"],
             "tenants": fair,
             "range": rng.key,

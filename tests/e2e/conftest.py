@@ -35,8 +35,11 @@ PASSWORDS = {
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
+    """Chromium for one test module. Not for the whole session: while Playwright's sync API
+    is open, the main thread's asyncio loop counts as running, which breaks later tests that
+    call ``asyncio.run`` or start vLLM's async engine in this thread."""
     from playwright.sync_api import sync_playwright
 
     if not CHROMIUM.exists():

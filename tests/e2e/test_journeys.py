@@ -272,6 +272,17 @@ def test_an_operator_edits_tier_capacities_and_evicts_from_a_node(
     page.goto("/audit/?action=node.")
     expect(page.locator("#audit tbody tr")).to_have_count(2)
 
+    # the tenant's dashboard counts the eviction (the node writes its statistics each second)
+    deadline = time.monotonic() + 10
+    while True:
+        page.goto("/t/tenant-a/dashboard/?range=hour")
+        expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "hour")
+        evicted = page.evaluate("document.getElementById('chart-cache').data[0].y")
+        if sum(evicted) >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sum(evicted) == 1
+
 
 def test_another_tenants_pages_are_404_and_a_form_without_csrf_is_refused(
     page, console, published, tenant_a, tenant_b, browser_errors, reviewer, demo_dir

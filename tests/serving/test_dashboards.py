@@ -140,3 +140,33 @@ def test_percentiles_of_many_steps_at_once_equal_one_at_a_time():
         for row, peak, value in zip(rows, peaks, many, strict=True):
             one = quantile(row, q, max_ms=peak)
             assert (one is None and value != value) or value == pytest.approx(one), (row, q)
+
+
+def test_evictions_and_residency_changes_are_recorded_per_minute_and_carried_forward(
+    tenant_a, tenant_b
+):
+    from apps.serving.models import CacheMinute
+    from apps.serving.stats import StatsRecorder
+
+    recorder = StatsRecorder("n1")
+    recorder.note_residency({tenant_a.id: (1, 3)})
+    recorder.count_eviction("L2", tenant_a.id)
+    recorder.count_eviction("L3", tenant_a.id)
+    recorder.count_eviction("L1", tenant_a.id)  # an unpin is no eviction
+    recorder.flush()
+    recorder.note_residency({tenant_a.id: (1, 3)})  # unchanged: nothing to write
+    recorder.flush()
+    assert CacheMinute.objects.count() == 1
+    row = CacheMinute.objects.get()
+    assert (row.evictions_l2, row.evictions_l3, row.hot, row.warm) == (1, 1, 1, 3)
+
+    # an hour later the tenant's residency is remembered by the chart, then drops to nothing
+    CacheMinute.objects.update(minute=row.minute - timedelta(hours=2))
+    recorder.note_residency({tenant_b.id: (0, 1)})  # tenant A has nothing left: written as 0
+    recorder.flush()
+    data = dashboards.cache_series(dashboards.RANGES["hour"], tenant=tenant_a)
+    assert data["warm"] == [0] and data["evictions_l2"] == [0]
+    day = dashboards.cache_series(dashboards.RANGES["day"], tenant=tenant_a)
+    assert day["warm"] == [3, 0] and day["evictions_l2"] == [1, 0] and day["hot"] == [1, 0]
+    everyone = dashboards.cache_series(dashboards.RANGES["day"])
+    assert sum(everyone["evictions_l3"]) == 1 and everyone["warm"] == []
