@@ -18,24 +18,24 @@ from apps.registry import aliases, services
 from apps.registry.api import visible_versions
 from apps.registry.choices import AliasAction, VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
-from apps.tenants.console import act, principal_of, require, table, tenant_or_404
+from apps.tenants.console import (
+    act,
+    principal_of,
+    require,
+    reviewers,
+    signed_in,
+    table,
+    tenant_or_404,
+)
 from apps.tenants.errors import Invalid
 
 STATE_FILTERS = [(s.value, s.label) for s in VersionState]
 
 
-def _anyone(_principal) -> bool:
-    return True
-
-
-def _reviewer(principal) -> bool:
-    return principal.is_reviewer
-
-
 # --- adapters and versions ---------------------------------------------------------------------
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def adapter_list(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
     qs = Adapter.objects.filter(tenant=tenant).annotate(
@@ -59,7 +59,7 @@ def adapter_list(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def adapter_detail(request: HttpRequest, slug: str, adapter_id: str) -> HttpResponse:
     principal = principal_of(request)
     tenant = tenant_or_404(principal, slug)
@@ -99,7 +99,7 @@ def adapter_detail(request: HttpRequest, slug: str, adapter_id: str) -> HttpResp
     )
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def upload(request: HttpRequest, slug: str) -> HttpResponse:
     """The upload form. The browser sends the files to the REST API (progress bar), then
     polls the version until validation ends."""
@@ -149,7 +149,7 @@ def _differences(version: AdapterVersion, other: AdapterVersion | None) -> list[
     return [{"what": w, "this": a, "other": b, "changed": a != b} for w, a, b in rows]
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
     principal = principal_of(request)
     version = visible_versions(principal).filter(pk=version_id).first()
@@ -183,7 +183,7 @@ def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
     )
 
 
-@require(_reviewer, "reviewers")
+@require(reviewers, "reviewers")
 def review_queue(request: HttpRequest) -> HttpResponse:
     """Versions pending review, oldest first, without the reviewer's own tenants' uploads."""
     principal = principal_of(request)
@@ -207,7 +207,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@require(_reviewer, "reviewers")
+@require(reviewers, "reviewers")
 def review(request: HttpRequest, version_id: int, verdict: str) -> HttpResponse:
     principal = principal_of(request)
     if not visible_versions(principal).filter(pk=version_id).exists():
@@ -237,7 +237,7 @@ def _approved_versions(tenant):
     )
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def alias_list(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
     qs = Alias.objects.filter(tenant=tenant).select_related("adapter", "version", "canary_version")
@@ -265,7 +265,7 @@ def _alias_or_404(tenant, name: str) -> Alias:
     return alias
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def alias_detail(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     from apps.serving.dashboards import canary_evidence  # serving reads registry, not back
 
@@ -299,7 +299,7 @@ def _int(raw: str, what: str) -> int:
 
 
 @require_POST
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> HttpResponse:
     principal = principal_of(request)
     tenant = tenant_or_404(principal, slug)

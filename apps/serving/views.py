@@ -22,7 +22,7 @@ from apps.serving import charts, config, dashboards, nodes
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
-from apps.tenants.console import act, principal_of, require, tenant_or_404
+from apps.tenants.console import act, operators, principal_of, require, signed_in, tenant_or_404
 from apps.tenants.errors import DomainError, Invalid
 from apps.tenants.models import Membership
 from lorahub.cacheconfig import config_problems
@@ -42,18 +42,10 @@ RESTART_KEYS = (
 )
 
 
-def _anyone(_principal) -> bool:
-    return True
-
-
-def _operator(principal) -> bool:
-    return principal.is_operator
-
-
 # --- overview ----------------------------------------------------------------------------------
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def home(request: HttpRequest) -> HttpResponse:
     principal = principal_of(request)
     memberships = list(
@@ -130,7 +122,7 @@ def _residency(tenant_id: int) -> tuple[list[dict], list[str]]:
     return rows, problems
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def quota(request: HttpRequest, slug: str) -> HttpResponse:
     principal = principal_of(request)
     tenant = tenant_or_404(principal, slug)
@@ -174,7 +166,7 @@ def _range(request: HttpRequest) -> dashboards.Range:
     return dashboards.RANGES.get(request.GET.get("range", ""), dashboards.RANGES["day"])
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
     adapter_ids = list(
@@ -198,7 +190,7 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-@require(_anyone, "signed-in users")
+@require(signed_in, "signed-in users")
 def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     tenant = tenant_or_404(principal_of(request), slug)
     rng = _range(request)
@@ -216,7 +208,7 @@ def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     return JsonResponse({"figures": figures, "totals": data["totals"], "range": rng.key})
 
 
-@require(_operator, "operators")
+@require(operators, "operators")
 def operator_dashboard(request: HttpRequest) -> HttpResponse:
     return render(
         request,
@@ -238,7 +230,7 @@ def operator_dashboard(request: HttpRequest) -> HttpResponse:
     )
 
 
-@require(_operator, "operators")
+@require(operators, "operators")
 def operator_dashboard_data(request: HttpRequest) -> JsonResponse:
     rng = _range(request)
     data = dashboards.series(dashboards.scope(), rng)
@@ -331,7 +323,7 @@ def _fields(values: dict, errors: dict[str, str], restart: list[str]) -> list[di
     return fields
 
 
-@require(_operator, "operators")
+@require(operators, "operators")
 def cache_config(request: HttpRequest) -> HttpResponse:
     current = config.effective_config().model_dump(mode="json")
     errors: dict[str, str] = {}
@@ -378,7 +370,7 @@ def cache_config(request: HttpRequest) -> HttpResponse:
 # --- nodes -------------------------------------------------------------------------------------
 
 
-@require(_operator, "operators")
+@require(operators, "operators")
 def nodes_page(request: HttpRequest) -> HttpResponse:
     states = []
     for node in nodes.configured_nodes():
@@ -392,7 +384,7 @@ def nodes_page(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@require(_operator, "operators")
+@require(operators, "operators")
 def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
     back = reverse("serving:nodes")
     tier = request.POST.get("tier", "")

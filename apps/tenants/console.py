@@ -40,6 +40,18 @@ def tenant_or_404(principal: Principal, slug: str) -> Tenant:
     return tenant
 
 
+def signed_in(_principal: Principal) -> bool:
+    return True
+
+
+def operators(principal: Principal) -> bool:
+    return principal.is_operator
+
+
+def reviewers(principal: Principal) -> bool:
+    return principal.is_reviewer
+
+
 def require(check: Callable[[Principal], bool], what: str):
     """A view decorator: signed in, and ``check(principal)``; otherwise 404 (never a hint)."""
 

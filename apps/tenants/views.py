@@ -16,7 +16,15 @@ from django.views.decorators.http import require_POST
 
 from apps.tenants import services
 from apps.tenants.choices import Priority
-from apps.tenants.console import act, principal_of, require, table, tenant_or_404
+from apps.tenants.console import (
+    act,
+    operators,
+    principal_of,
+    require,
+    signed_in,
+    table,
+    tenant_or_404,
+)
 from apps.tenants.errors import DomainError, Forbidden
 from apps.tenants.models import AuditEvent, Quota, Tenant
 
@@ -28,18 +36,10 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     )
 
 
-def _signed_in(_principal) -> bool:
-    return True
-
-
-def _operator(principal) -> bool:
-    return principal.is_operator
-
-
 # --- API keys ----------------------------------------------------------------------------------
 
 
-@require(_signed_in, "tenant admins")
+@require(signed_in, "tenant admins")
 def keys(request: HttpRequest, slug: str) -> HttpResponse:
     principal = principal_of(request)
     tenant = tenant_or_404(principal, slug)
@@ -73,7 +73,7 @@ def keys(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-@require(_signed_in, "tenant admins")
+@require(signed_in, "tenant admins")
 def revoke_key(request: HttpRequest, slug: str, prefix: str) -> HttpResponse:
     principal = principal_of(request)
     tenant = tenant_or_404(principal, slug)
@@ -133,7 +133,7 @@ def audit(request: HttpRequest) -> HttpResponse:
 # --- operators: tenants, quotas, priorities -----------------------------------------------------
 
 
-@require(_operator, "operators")
+@require(operators, "operators")
 def tenant_list(request: HttpRequest) -> HttpResponse:
     qs = Tenant.objects.select_related("quota")
     if q := request.GET.get("q", "").strip():
@@ -152,7 +152,7 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@require(_operator, "operators")
+@require(operators, "operators")
 def set_limits(request: HttpRequest, slug: str) -> HttpResponse:
     """The operator's quota and priority form (on the tenant's quota page)."""
     tenant = tenant_or_404(principal_of(request), slug)
