@@ -1,7 +1,7 @@
 """Server-side render time of every console page and dashboard data response, at scale.
 
-Seeds a throwaway database (Django's test-database machinery: ``test_<name>`` next to the
-configured one, PostgreSQL when DATABASE_URL points there, else SQLite) with 100 tenants,
+Seeds a throwaway database (Django's test-database machinery: ``lorahub_console_bench`` on
+the PostgreSQL server DATABASE_URL points at, else an SQLite one) with 100 tenants,
 1,000 adapters, 10,000 versions, 20,000 audit events and 90 days of per-minute rollups
 (every minute for the measured tenant's two aliases; the last week, sparse, for the other 99
 tenants), then times each page through Django's test client (no browser, no network):
@@ -280,6 +280,9 @@ def main() -> None:
 
     setup_test_environment()
     old_name = connection.settings_dict["NAME"]
+    # its own database, so that a test run beside it keeps test_<name>
+    if connection.vendor == "postgresql":
+        connection.settings_dict["TEST"]["NAME"] = "lorahub_console_bench"
     connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=args.keepdb)
     try:
         data = seeded() if args.keepdb else None
