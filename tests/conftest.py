@@ -385,3 +385,11 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     finally:
         stop(proc)
         log.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests last (after pytest-django's own ordering): they start the serving node,
+    which then reacts to every later test's alias moves and statistics, as it does for the
+    node's own tests, which also run late."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
