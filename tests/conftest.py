@@ -36,6 +36,30 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _flush_retrying_deadlocks() -> None:
+    """Transactional tests end with a TRUNCATE of every table, while a live serving node may
+    be writing its statistics; PostgreSQL then sometimes picks the TRUNCATE as the victim of
+    a deadlock. Nothing is half-done (it rolled back), so the flush is simply tried again."""
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    flush = BaseDatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self, sql_list):
+        for attempt in range(5):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
+
+
+_flush_retrying_deadlocks()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
