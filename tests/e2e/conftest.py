@@ -82,6 +82,14 @@ class BrowserErrors:
             return
         self.problems.append(f"console error: {message.text}")
 
+    def on_failed(self, request) -> None:
+        # ERR_ABORTED: the page navigated away before a subresource (the favicon) arrived;
+        # the browser cancelled it, nothing failed
+        if "ERR_ABORTED" not in (request.failure or ""):
+            self.problems.append(
+                f"request failed: {request.method} {request.url} ({request.failure})"
+            )
+
     def on_response(self, response) -> None:
         if response.status >= 400 and response.status not in self.allowed:
             self.problems.append(
@@ -120,12 +128,7 @@ def page(context, browser_errors):
     page = context.new_page()
     page.on("console", browser_errors.on_console)
     page.on("pageerror", lambda exc: browser_errors.problems.append(f"page error: {exc}"))
-    page.on(
-        "requestfailed",
-        lambda request: browser_errors.problems.append(
-            f"request failed: {request.method} {request.url} ({request.failure})"
-        ),
-    )
+    page.on("requestfailed", browser_errors.on_failed)
     page.on("response", browser_errors.on_response)
     yield page
     assert not browser_errors.problems, "\n".join(browser_errors.problems)
