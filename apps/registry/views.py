@@ -145,7 +145,7 @@ def _differences(version: AdapterVersion, other: AdapterVersion | None) -> list[
     ):
         mine = version.report.get("modules", {}).get(module, {})
         theirs = other.report.get("modules", {}).get(module, {})
-        rows.append((f"{module} ‖B·A‖ proxy", mine.get("norm_b"), theirs.get("norm_b")))
+        rows.append((f"{module} ‖B‖", mine.get("norm_b"), theirs.get("norm_b")))
     return [{"what": w, "this": a, "other": b, "changed": a != b} for w, a, b in rows]
 
 

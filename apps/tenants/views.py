@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 
 from django.contrib import messages
+from django.db import transaction
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
@@ -169,9 +170,10 @@ def set_limits(request: HttpRequest, slug: str) -> HttpResponse:
             return redirect(back)
 
     def save() -> None:
-        services.set_quota(tenant=tenant, actor=request.user, **limits)
-        if (priority := request.POST.get("priority", "").strip()) != "":
-            services.set_priority(tenant=tenant, priority=int(priority), actor=request.user)
+        with transaction.atomic():  # limits and priority together, or neither
+            services.set_quota(tenant=tenant, actor=request.user, **limits)
+            if (priority := request.POST.get("priority", "").strip()) != "":
+                services.set_priority(tenant=tenant, priority=int(priority), actor=request.user)
 
     if request.POST.get("priority", "").strip() not in ("", *map(str, Priority.values)):
         messages.error(request, "choose a priority from the list; nothing changed")
