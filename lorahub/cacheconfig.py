@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 REQUIRED_KEY_FIELDS = ("tenant_id", "adapter_id", "adapter_version", "base_model_revision")
-PolicyName = Literal["lru", "lfu", "weighted", "weighted_lru", "gdsf"]
+PolicyName = Literal["weighted", "weighted_lru", "lru", "lfu", "gdsf", "linear"]
 
 
 class _Section(BaseModel):

@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
@@ -248,9 +248,9 @@ class Placement:
                 last_used=now,
             )
         if touched:
-            known = known.touched(now)
+            known = known.touched(now, self.policy.half_life_s)
         if reload_ms is not None:
-            known = replace(known, reload_cost_ms=reload_ms)
+            known = known._replace(reload_cost_ms=reload_ms)
         self._on_disk[resolved.version_id] = known
         self._folders[resolved.version_id] = self.disk.folder(resolved)
         self._labels[resolved.version_id] = f"{resolved.tenant_slug}/{resolved.label}"
@@ -328,7 +328,9 @@ class Placement:
             resident = self._residents.get(lora_id)
             if resident is not None:  # the hot path: no queue, no lock, no I/O
                 tier = "L1" if lora_id in self._device_set() else "L2"  # before this use
-                self._residents[lora_id] = resident.touched(time.monotonic())
+                self._residents[lora_id] = resident.touched(
+                    time.monotonic(), self.policy.half_life_s
+                )
                 if hold:
                     self._in_use[lora_id] = self._in_use.get(lora_id, 0) + 1
                 if placed is not None:  # it was loaded for this request
@@ -412,12 +414,13 @@ class Placement:
             await self.engine.add_adapter(handle)
             timings["add_ms"] = (time.perf_counter() - add_started) * 1000
         load_ms = (time.perf_counter() - started) * 1000
+        on_disk = self._on_disk.get(resolved.version_id)  # its use so far, this one included
         self._residents[handle.lora_id] = Resident(
             key=(handle.lora_id,),
             tenant_id=resolved.tenant_id,
             size_bytes=resolved.size_bytes,
             last_used=time.monotonic(),
-            hits=1.0,
+            hits=on_disk.hits if on_disk is not None else 1.0,
             reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],
             tenant_priority=owner.priority,
         )
@@ -433,7 +436,7 @@ class Placement:
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
         while True:
             residents = [
-                replace(r, pinned=r.key[0] in self.pinned or r.key[0] in self._in_use)
+                r._replace(pinned=r.key[0] in self.pinned or r.key[0] in self._in_use)
                 for r in self._residents.values()
             ]
             used = sum(r.size_bytes for r in residents)
@@ -551,7 +554,7 @@ class Placement:
         evict deprecated versions first, from the engine and from disk."""
         for tier in (self._residents, self._on_disk):
             if version_id in tier:
-                tier[version_id] = replace(tier[version_id], deprecated=deprecated)
+                tier[version_id] = tier[version_id]._replace(deprecated=deprecated)
 
     def in_engine(self) -> int:
         return len(self._residents)
@@ -572,8 +575,8 @@ class Placement:
         resident = self._residents.pop(lora_id, None)
         if resident is not None and lora_id in self._on_disk:  # its use carries down to L3
             known = self._on_disk[lora_id]
-            self._on_disk[lora_id] = replace(
-                known, last_used=max(known.last_used, resident.last_used), hits=resident.hits
+            self._on_disk[lora_id] = known._replace(
+                last_used=max(known.last_used, resident.last_used), hits=resident.hits
             )
         return await self.engine.remove_adapter(lora_id)
 

@@ -8,11 +8,13 @@ from apps.serving.cache.policy import (
     GDSF,
     LFU,
     LRU,
+    Linear,
     Resident,
     Weighted,
     Weights,
     guaranteed_shares,
     make_policy,
+    rank,
     select_victims,
 )
 
@@ -58,7 +60,9 @@ KEEPER = dict(size_mb=20, hits=50, priority=2, cost_ms=800)
 GOER = dict(size_mb=160, hits=1, priority=0, cost_ms=5)
 
 
-@pytest.mark.parametrize("policy", [Weighted(), GDSF()], ids=["weighted", "gdsf"])
+@pytest.mark.parametrize(
+    "policy", [Weighted(), Linear(), GDSF()], ids=["weighted", "linear", "gdsf"]
+)
 def test_the_seeds_rule_of_thumb_holds_even_when_the_keeper_is_idler(policy):
     keeper = resident("keeper", idle_s=300, **KEEPER)
     goer = resident("goer", idle_s=30, **GOER)
@@ -71,8 +75,8 @@ def test_plain_lru_gets_the_same_case_wrong():
     assert evict_order(LRU(), [keeper, goer])[0] == "keeper"
 
 
-def test_each_factor_alone_moves_the_weighted_score_the_right_way():
-    w = Weighted()
+def test_each_factor_alone_moves_the_linear_score_the_right_way():
+    w = Linear()
     base = resident("x", idle_s=60, hits=5)
     worse = {
         "idle": resident("x", idle_s=600, hits=5),
@@ -86,8 +90,47 @@ def test_each_factor_alone_moves_the_weighted_score_the_right_way():
         assert w.score(r, NOW) > w.score(base, NOW), why
 
 
+def test_each_factor_alone_moves_the_default_score_the_right_way():
+    w = Weighted()
+    base = resident("x", idle_s=60, hits=5, size_mb=30)
+    worse = {
+        "idle": resident("x", idle_s=600, hits=5, size_mb=30),
+        "bigger (per megabyte kept)": resident("x", idle_s=60, hits=5, size_mb=100),
+        "fewer hits": resident("x", idle_s=60, hits=1, size_mb=30),
+        "lower priority": resident("x", idle_s=60, hits=5, priority=0, size_mb=30),
+    }
+    for why, r in worse.items():
+        assert w.score(r, NOW) > w.score(base, NOW), why
+    # deprecated versions go first under every policy (rank puts them before the rest)
+    gone = resident("x", idle_s=0, hits=50, size_mb=30, deprecated=True)
+    assert rank([base, gone], policy=w, now=NOW)[0] is gone
+
+
+def test_the_default_weighs_a_steady_adapter_above_a_one_off_used_just_now():
+    w = Weighted()
+    steady = resident("steady", idle_s=90, hits=12)  # used often, lately not at all
+    one_off = resident("one-off", idle_s=1, hits=1)
+    assert evict_order(w, [steady, one_off])[0] == "one-off"
+    faded = resident("faded", idle_s=3600, hits=12)  # an hour idle: 30 recency half-lives
+    assert evict_order(w, [faded, one_off])[0] == "faded"
+
+
+def test_the_default_order_never_changes_between_accesses():
+    """Its retention key is fixed: the ranking now and an hour later is the same, so a cache
+    may keep residents in a heap (the replay does)."""
+    w = Weighted()
+    pool = [
+        resident(f"r{i}", idle_s=i * 37 % 500, hits=1 + i % 7, size_mb=10 + i * 3, priority=i % 3)
+        for i in range(20)
+    ]
+    now_order = [r.key for r in rank(pool, policy=w, now=NOW)]
+    later_order = [r.key for r in rank(pool, policy=w, now=NOW + 3600)]
+    assert now_order == later_order
+    assert now_order == [r.key for r in sorted(pool, key=w.retention)]
+
+
 def test_queue_pressure_weighs_idle_time_up():
-    w = Weighted(Weights(memory=0.0, hits=0.0, priority=0.0, reload=0.0))
+    w = Linear(Weights(memory=0.0, hits=0.0, priority=0.0, reload=0.0))
     idle = resident("idle", idle_s=600)
     assert w.score(idle, NOW, pressure=1.0) == pytest.approx(2 * w.score(idle, NOW, pressure=0.0))
 
@@ -137,11 +180,13 @@ def test_a_tenant_at_its_quota_makes_room_from_its_own_even_when_the_cache_has_r
 
 def test_policies_are_selected_by_name():
     assert isinstance(make_policy("weighted_lru"), Weighted)
-    assert {make_policy(n).name for n in ("lru", "lfu", "weighted", "gdsf")} == {
+    assert isinstance(make_policy("linear"), Linear)
+    assert {make_policy(n).name for n in ("lru", "lfu", "weighted", "gdsf", "linear")} == {
         "lru",
         "lfu",
         "weighted",
         "gdsf",
+        "linear",
     }
     with pytest.raises(ValueError, match="unknown eviction policy 'random'"):
         make_policy("random")
@@ -194,7 +239,7 @@ def test_normalised_weighted_selection_keeps_the_keeper_among_many():
     keeper = resident("keeper", idle_s=300, **KEEPER)
     goer = resident("goer", idle_s=30, **GOER)
     others = [resident(f"o{i}", idle_s=60 + i, hits=10, size_mb=30, cost_ms=200) for i in range(6)]
-    victims = select_victims([keeper, goer, *others], policy=Weighted(), now=NOW, capacity=8)
+    victims = select_victims([keeper, goer, *others], policy=Linear(), now=NOW, capacity=8)
     assert [v.key[0] for v in victims] == ["goer"]
 
 

@@ -21,17 +21,18 @@ replayer. Shipped, selectable by name:
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Protocol
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 HALF_LIFE_S = 600.0  # access frequency halves every 10 idle minutes
 
 
-@dataclass(frozen=True)
-class Resident:
-    """What a policy knows about one cached adapter version."""
+class Resident(NamedTuple):
+    """What a policy knows about one cached adapter version (immutable; a NamedTuple, not a
+    frozen dataclass: a replay creates one per access, and this is 3x cheaper to build)."""
 
     key: tuple
     tenant_id: int
@@ -43,16 +44,28 @@ class Resident:
     deprecated: bool = False
     pinned: bool = False
 
-    def decayed_hits(self, now: float) -> float:
-        return self.hits * math.pow(0.5, max(0.0, now - self.last_used) / HALF_LIFE_S)
+    def decayed_hits(self, now: float, half_life_s: float = HALF_LIFE_S) -> float:
+        return self.hits * math.pow(0.5, max(0.0, now - self.last_used) / half_life_s)
 
-    def touched(self, now: float) -> Resident:
-        """The resident after one more access at ``now``."""
-        return replace(self, hits=self.decayed_hits(now) + 1.0, last_used=now)
+    def touched(self, now: float, half_life_s: float = HALF_LIFE_S) -> Resident:
+        """The resident after one more access at ``now`` (its count decayed to ``now``)."""
+        return Resident(
+            self.key,
+            self.tenant_id,
+            self.size_bytes,
+            now,
+            self.decayed_hits(now, half_life_s) + 1.0,
+            self.reload_cost_ms,
+            self.tenant_priority,
+            self.deprecated,
+            self.pinned,
+        )
 
 
 class Policy(Protocol):
     name: str
+
+    half_life_s: float  # how fast the access counts it reads decay
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float: ...
 
@@ -61,6 +74,10 @@ class Policy(Protocol):
 
 class LRU:
     name = "lru"
+    half_life_s = HALF_LIFE_S
+
+    def retention(self, resident: Resident) -> float:
+        return resident.last_used
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
         return now - resident.last_used
@@ -69,12 +86,22 @@ class LRU:
         return None
 
 
+@dataclass
 class LFU:
-    name = "lfu"
+    half_life_s: float = HALF_LIFE_S
+    name: str = "lfu"
+
+    def retention(self, resident: Resident) -> float:
+        # log2 of the decayed count at time 0; the most recent wins a tie
+        return (
+            math.log2(max(resident.hits, 1e-9))
+            + resident.last_used / self.half_life_s
+            + resident.last_used * 1e-12
+        )
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
         # fewest (decayed) hits first; among equals, the longest idle
-        return -resident.decayed_hits(now) + (now - resident.last_used) * 1e-9
+        return now / self.half_life_s - self.retention(resident)
 
     def on_evict(self, resident: Resident, now: float) -> None:
         return None
@@ -102,8 +129,10 @@ class Scales:
 
 
 @dataclass
-class Weighted:
-    """The seed's formula over *normalised* factors.
+class Linear:
+    """The seed's formula, literally: a weighted sum over *normalised* factors (the default
+    until the replay of issue 10 showed it barely beats LRU: it adds idle minutes to hit
+    counts, so an adapter used every minute for an hour loses to one used twice just now).
 
     Raw units make the weights meaningless (megabytes and milliseconds swamp minutes and
     hits: a replay of the Azure trace with raw units kept large, costly, idle adapters and
@@ -113,8 +142,9 @@ class Weighted:
     """
 
     weights: Weights = field(default_factory=Weights)
-    name: str = "weighted"
+    name: str = "linear"
     scales: Scales = field(default_factory=Scales)
+    half_life_s: float = HALF_LIFE_S
 
     def prepare(self, residents: list[Resident], now: float) -> None:
         if not residents:
@@ -149,6 +179,69 @@ class Weighted:
 
 
 @dataclass
+class Weighted:
+    """The default: the seed's five factors as one retention value, in log space.
+
+        value = hits x 0.5 ** (idle_s / recency_half_life_s)
+                x reload_cost(size) / size ** size_exponent
+                x (1 + priority_weight x tenant_priority)
+
+    The lowest value goes first. ``hits`` is the access count as of the last access, each
+    access decaying with a half-life of ``half_life_s`` (frequency, estimated over some
+    hundreds of requests); the recency factor then ages the whole value while the adapter
+    sits idle, faster than the count itself decays (recency weighed against frequency): an
+    adapter used often long ago loses to one used as often lately, one used once just now
+    loses to one used steadily, and a burst that has ended stops holding its place within a
+    few minutes. The count carries down to L3 when a version leaves the engine and back up
+    when it returns, so a version evicted once does not start from zero.
+
+    ``reload_cost(size) = fixed_cost_mb + size_mb``: what bringing a version back costs, as
+    the node measures it (``bench/load_tiers.py``: a fixed part worth about 12 MB of transfer,
+    then linear in size). The model, not one measured load time: two loads of the same
+    version differ by +-30 %, and that noise would decide between otherwise equal adapters.
+    Divided by ``size ** size_exponent`` it is what keeping a version saves per megabyte
+    (GreedyDual-Size's density) — small adapters are cheap to keep, large ones costly to
+    reload. Priority keeps a premium tenant's adapters a little longer.
+
+    Every resident ages at the same rate, so the order never changes between accesses:
+    ``retention`` is a fixed key, and a cache can keep its residents in a heap instead of
+    scoring all of them on every miss (the replay does). Why these numbers: docs/replay.md.
+    """
+
+    half_life_s: float = 240.0
+    recency_half_life_s: float = 120.0
+    size_exponent: float = 1.0
+    fixed_cost_mb: float = 12.0
+    priority_weight: float = 0.1
+    name: str = "weighted"
+    _terms: dict[tuple[int, int], float] = field(default_factory=dict, repr=False, compare=False)
+
+    def retention(self, resident: Resident) -> float:
+        """log2 of the value at time 0: higher stays longer; fixed between accesses."""
+        hits = resident.hits
+        terms = self._terms.get((resident.size_bytes, resident.tenant_priority))
+        if terms is None:  # size and priority terms, once per (size, priority)
+            size_mb = max(resident.size_bytes / 1048576, 1e-3)
+            terms = (
+                math.log2(self.fixed_cost_mb + size_mb)
+                - self.size_exponent * math.log2(size_mb)
+                + math.log2(1.0 + self.priority_weight * max(resident.tenant_priority, 0))
+            )
+            self._terms[(resident.size_bytes, resident.tenant_priority)] = terms
+        return (
+            (math.log2(hits) if hits > 1e-9 else -30.0)
+            + resident.last_used / self.recency_half_life_s
+            + terms
+        )
+
+    def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
+        return now / self.recency_half_life_s - self.retention(resident)
+
+    def on_evict(self, resident: Resident, now: float) -> None:
+        return None
+
+
+@dataclass
 class GDSF:
     """GreedyDual-Size-Frequency: value = L + frequency x cost / size, where L is the clock
     *as of the resident's last access*. The clock rises to each victim's value, so a resident
@@ -156,6 +249,7 @@ class GDSF:
 
     clock: float = 0.0
     name: str = "gdsf"
+    half_life_s: float = HALF_LIFE_S
     _base: dict[tuple, tuple[float, float]] = field(default_factory=dict)  # key -> (used, L)
 
     def value(self, resident: Resident, now: float) -> float:
@@ -175,16 +269,21 @@ class GDSF:
         self._base.pop(resident.key, None)
 
 
+POLICIES = ("weighted", "lru", "lfu", "gdsf", "linear")
+
+
 def make_policy(name: str, weights: Weights | None = None) -> Policy:
     if name in ("weighted", "weighted_lru"):
-        return Weighted(weights or Weights())
+        return Weighted()
+    if name == "linear":
+        return Linear(weights or Weights())
     if name == "lru":
         return LRU()
     if name == "lfu":
         return LFU()
     if name == "gdsf":
         return GDSF()
-    raise ValueError(f"unknown eviction policy {name!r}; use lru, lfu, weighted or gdsf")
+    raise ValueError(f"unknown eviction policy {name!r}; use {', '.join(POLICIES)}")
 
 
 def guaranteed_shares(capacity: int, priorities: Mapping[int, int]) -> dict[int, int]:
@@ -193,12 +292,56 @@ def guaranteed_shares(capacity: int, priorities: Mapping[int, int]) -> dict[int,
     free for whoever needs it. A tenant's share is at least 1 when capacity allows."""
     if not priorities or capacity <= 0:
         return {}
-    reserved = capacity // 2
     total = sum(p + 1 for p in priorities.values())
-    return {
-        tenant: max(1 if reserved >= len(priorities) else 0, math.floor(reserved * (p + 1) / total))
-        for tenant, p in priorities.items()
-    }
+    return {tenant: _share(capacity, len(priorities), p, total) for tenant, p in priorities.items()}
+
+
+def _share(capacity: int, tenants: int, priority: int, total_weight: int) -> int:
+    reserved = capacity // 2
+    return max(
+        1 if reserved >= tenants else 0, math.floor(reserved * (priority + 1) / total_weight)
+    )
+
+
+@dataclass
+class Census:
+    """Residents per tenant and each such tenant's priority, for a cache that keeps them up
+    to date itself (the replay) instead of recounting on every eviction."""
+
+    counts: dict[int, int] = field(default_factory=dict)
+    priorities: dict[int, int] = field(default_factory=dict)
+    weight: int = 0  # sum of (priority + 1) over the tenants with residents
+    total: int = 0
+
+    @classmethod
+    def of(cls, residents: Iterable[Resident]) -> Census:
+        census = cls()
+        for r in residents:
+            census.add(r)
+        return census
+
+    def add(self, r: Resident) -> None:
+        count = self.counts.get(r.tenant_id, 0)
+        if count == 0:
+            self.priorities[r.tenant_id] = r.tenant_priority
+            self.weight += r.tenant_priority + 1
+        self.counts[r.tenant_id] = count + 1
+        self.total += 1
+
+    def remove(self, r: Resident) -> None:
+        count = self.counts[r.tenant_id] - 1
+        self.total -= 1
+        if count:
+            self.counts[r.tenant_id] = count
+        else:
+            del self.counts[r.tenant_id]
+            self.weight -= self.priorities.pop(r.tenant_id) + 1
+
+    def share(self, tenant: int, capacity: int) -> int:
+        """The tenant's guaranteed share (``guaranteed_shares``) among the current residents."""
+        if tenant not in self.priorities or capacity <= 0:
+            return 0
+        return _share(capacity, len(self.priorities), self.priorities[tenant], self.weight)
 
 
 def rank(
@@ -216,7 +359,7 @@ def rank(
 
 
 def select_victims(
-    residents: Iterable[Resident],
+    residents: Collection[Resident],
     *,
     policy: Policy,
     now: float,
@@ -225,6 +368,8 @@ def select_victims(
     requester: int | None = None,
     quotas: Mapping[int, int] | None = None,
     pressure: float = 0.0,
+    ordered: Iterable[Resident] | None = None,
+    census: Census | None = None,
 ) -> list[Resident]:
     """The residents to evict so that ``slots_needed`` more fit, lowest value first.
 
@@ -233,14 +378,15 @@ def select_victims(
     else's. Otherwise victims come from anyone, except that no other tenant is pushed below
     its guaranteed share (``guaranteed_shares``). Returns fewer than needed when the rules
     allow no more; the caller then waits, degrades or refuses.
+
+    ``ordered``: the unpinned residents already in eviction order, for a cache that keeps
+    them sorted by the policy's ``retention`` (the replay does); read only as far as needed.
+    ``census``: the residents' per-tenant counts, kept by such a cache (else counted here).
     """
-    everyone = list(residents)
-    pool = [r for r in everyone if not r.pinned]
-    free = capacity - len(everyone)
+    census = census or Census.of(residents)
+    free = capacity - census.total
     needed = max(0, slots_needed - max(free, 0))
-    counts: dict[int, int] = {}
-    for r in everyone:
-        counts[r.tenant_id] = counts.get(r.tenant_id, 0) + 1
+    counts = dict(census.counts)
     quota = (quotas or {}).get(requester) if requester is not None else None
     # A tenant at its quota makes room from its own residents, even when the cache has room.
     over_quota = (
@@ -250,19 +396,20 @@ def select_victims(
     )
     if needed == 0 and not over_quota:
         return []
-    ranked = rank(pool, policy=policy, now=now, pressure=pressure)
+    if ordered is None:
+        ordered = rank(
+            [r for r in residents if not r.pinned], policy=policy, now=now, pressure=pressure
+        )
     if over_quota:
         assert requester is not None and quota is not None
-        own = [r for r in ranked if r.tenant_id == requester]
         over = counts.get(requester, 0) - quota + slots_needed
-        return own[: max(needed, over)]
-    priorities = {r.tenant_id: r.tenant_priority for r in everyone}
-    shares = guaranteed_shares(capacity, priorities)
+        own = (r for r in ordered if r.tenant_id == requester)
+        return list(itertools.islice(own, max(needed, over)))
     victims: list[Resident] = []
-    for r in ranked:
+    for r in ordered:
         if len(victims) == needed:
             break
-        if r.tenant_id != requester and counts[r.tenant_id] <= shares.get(r.tenant_id, 0):
+        if r.tenant_id != requester and counts[r.tenant_id] <= census.share(r.tenant_id, capacity):
             continue
         victims.append(r)
         counts[r.tenant_id] -= 1

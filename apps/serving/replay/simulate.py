@@ -1,0 +1,477 @@
+"""Replay a trace through the node's tier model with the node's own policy objects.
+
+The model follows ``apps/serving/placement.py`` step by step, so that a replay of the node's
+request log reports the tiers the node reported (a test checks it on a real node's log):
+
+- L2 is the engine (vLLM's host LoRA cache): ``l2_slots`` versions and ``l2_bytes``; a load
+  makes room first with ``select_victims`` (quotas, guaranteed shares, the policy's order).
+- L1 is the device slots: the ``l1_slots`` most recently used versions in the engine (the
+  node's ``_device_set`` with no pins). A request for one of them is an L1 hit.
+- L3 is local disk (``l3_bytes``, None for no cap): every version that reaches the engine
+  lands there first; a landing that overflows it evicts the policy's pick among versions not
+  in the engine or loading. Access counts carry down to L3 when a version leaves the engine
+  and back up when it is loaded again.
+- L4 is the registry: always there.
+
+Loads take time from ``Costs`` (per tier, fixed + per MB) and go through the node's bounded
+queue: ``max_fetches`` concurrent L4 downloads, ``max_loads`` concurrent engine adds, and at
+most ``max_pending`` versions loading (a request finding it full waits for the first to
+finish, counted as ``queue_full``). Requests for a version still loading wait for that load,
+as on the node (single flight). A decision takes effect at the request's arrival; its time
+cost is counted in that request's TTFT (base TTFT + waiting + loading).
+
+Policies that have a time-invariant ``retention`` key (lru, lfu, weighted) are kept in a heap
+and handed to ``select_victims`` already ordered; the others are ranked on every miss. Either
+way the policy object and ``select_victims`` are the node's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from apps.serving.cache.policy import Census, Policy, Resident, make_policy, rank, select_victims
+from apps.serving.replay.traces import Trace
+
+MB = 1048576
+TIERS = ("L1", "L2", "L3", "L4")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The tiers' sizes and the load queue, as in the node's cache configuration."""
+
+    l1_slots: int = 4
+    l2_slots: int = 16
+    l2_bytes: int | None = None
+    l3_bytes: int | None = None
+    ttl_s: float | None = None
+    max_fetches: int = 2
+    max_loads: int = 1
+    max_pending: int = 16
+    warm_quotas: dict[int, int] = field(default_factory=dict)  # tenant -> versions in engine
+
+    def describe(self) -> str:
+        parts = [f"L1 {self.l1_slots}", f"L2 {self.l2_slots}"]
+        if self.l2_bytes:
+            parts[-1] += f" / {self.l2_bytes / MB:.0f} MB"
+        parts.append(f"L3 {self.l3_bytes / MB:.0f} MB" if self.l3_bytes else "L3 unbounded")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What each tier costs a request, in ms (fixed + per MB of the version).
+
+    Defaults: the medians of ``bench/load_tiers.py`` on this project's 2-core CI machine
+    (L3 check + engine add ~4.5 ms for a 1 MB demo adapter, ~40 ms for a 109 MB Llama-3-8B
+    rank-16 one; L4 fetch + verify ~18 ms and ~80 ms). ``Costs.from_log`` measures them on
+    the node's own log instead.
+    """
+
+    base_ttft_ms: float = 60.0
+    l2_ms: float = 0.0  # an engine version swapped into a device slot: inside the batch step
+    l3_ms: float = 4.0
+    l3_ms_per_mb: float = 0.33
+    l4_ms: float = 16.0
+    l4_ms_per_mb: float = 0.6
+
+    def load_ms(self, tier: str, size_bytes: int) -> float:
+        """Time to bring a version from ``tier`` into the engine."""
+        mb = size_bytes / MB
+        add = self.l3_ms + self.l3_ms_per_mb * mb
+        if tier == "L4":
+            return self.l4_ms + self.l4_ms_per_mb * mb + add
+        return add
+
+    def land_ms(self, size_bytes: int) -> float:
+        return self.l4_ms + self.l4_ms_per_mb * size_bytes / MB
+
+
+@dataclass
+class Result:
+    policy: str
+    trace: str
+    capacity: Capacity
+    requests: int = 0
+    tiers: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    bytes_requested: int = 0
+    bytes_hit: int = 0
+    loads: int = 0
+    reload_ms: float = 0.0
+    evictions: dict[str, int] = field(default_factory=lambda: {"L2": 0, "L3": 0})
+    peak_bytes: dict[str, int] = field(default_factory=lambda: {"L1": 0, "L2": 0, "L3": 0})
+    queue_full: int = 0
+    ttft_ms: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tenant_of_request: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    hit_of_request: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    seconds: float = 0.0  # wall time of the replay itself
+    tier_log: list[str] | None = None
+
+    @property
+    def hits(self) -> int:
+        """Requests served from the engine (L1 or L2) without waiting for a load."""
+        return self.tiers["L1"] + self.tiers["L2"]
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / max(self.requests, 1)
+
+    @property
+    def byte_hit_rate(self) -> float:
+        return self.bytes_hit / max(self.bytes_requested, 1)
+
+    def rate(self, tier: str) -> float:
+        return self.tiers[tier] / max(self.requests, 1)
+
+    def ttft(self, q: float) -> float:
+        return float(np.percentile(self.ttft_ms, q)) if len(self.ttft_ms) else 0.0
+
+    @property
+    def requests_per_s(self) -> float:
+        return self.requests / max(self.seconds, 1e-9)
+
+    def per_tenant(self) -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        for tenant in np.unique(self.tenant_of_request):
+            mine = self.tenant_of_request == tenant
+            out[int(tenant)] = {
+                "requests": int(mine.sum()),
+                "hit_rate": float(self.hit_of_request[mine].mean()),
+                "ttft_p95_ms": float(np.percentile(self.ttft_ms[mine], 95)),
+            }
+        return out
+
+    def fairness(self) -> float:
+        """Jain's index over the tenants' hit rates: 1 when all are equal, 1/n at worst."""
+        rates = np.array([t["hit_rate"] for t in self.per_tenant().values()])
+        if not len(rates) or not rates.any():
+            return 1.0
+        return float(rates.sum() ** 2 / (len(rates) * (rates**2).sum()))
+
+
+class _Tier:
+    """One tier's residents, and (for policies with a fixed ``retention``) a heap of them."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.retention: Callable[[Resident], float] | None = getattr(policy, "retention", None)
+        self.residents: dict[int, Resident] = {}
+        self.census = Census()
+        self.bytes = 0
+        self._heap: list[tuple[float, int, int]] = []
+        self._seq: dict[int, int] = {}
+        self._counter = 0
+
+    def put(self, key: int, resident: Resident) -> None:
+        old = self.residents.get(key)
+        if old is not None:
+            self.bytes -= old.size_bytes
+        else:
+            self.census.add(resident)
+        self.residents[key] = resident
+        self.bytes += resident.size_bytes
+        if self.retention is not None:
+            self._counter += 1
+            self._seq[key] = self._counter
+            heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
+            if len(self._heap) > 4 * len(self.residents) + 64:
+                self._compact()
+
+    def touch(self, key: int, resident: Resident) -> None:
+        """``put`` for a resident already here (same size, same tenant): the hit path."""
+        self.residents[key] = resident
+        if self.retention is not None:
+            self._counter += 1
+            self._seq[key] = self._counter
+            heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
+            if len(self._heap) > 4 * len(self.residents) + 64:
+                self._compact()
+
+    def pop(self, key: int) -> Resident:
+        resident = self.residents.pop(key)
+        self.census.remove(resident)
+        self.bytes -= resident.size_bytes
+        self._seq.pop(key, None)
+        return resident
+
+    def _compact(self) -> None:
+        self._heap = [e for e in self._heap if self._seq.get(e[2]) == e[1]]
+        heapq.heapify(self._heap)
+
+    def ordered(self, now: float, skip: Callable[[int], bool]) -> _Ordered | list[Resident]:
+        """The residents not skipped, in the policy's eviction order."""
+        if self.retention is None:
+            return rank(
+                [r for k, r in self.residents.items() if not skip(k)],
+                policy=self.policy,
+                now=now,
+            )
+        return _Ordered(self, skip)
+
+
+class _Ordered:
+    """Lazily pops a tier's heap in eviction order; ``restore`` puts back what was read."""
+
+    def __init__(self, tier: _Tier, skip: Callable[[int], bool]) -> None:
+        self.tier, self.skip = tier, skip
+        self.read: list[tuple[float, int, int]] = []
+
+    def __iter__(self) -> Iterator[Resident]:
+        heap, seq, residents = self.tier._heap, self.tier._seq, self.tier.residents
+        while heap:
+            entry = heapq.heappop(heap)
+            if seq.get(entry[2]) != entry[1]:
+                continue  # stale: re-pushed since, or gone
+            self.read.append(entry)
+            if not self.skip(entry[2]):
+                yield residents[entry[2]]
+
+    def restore(self) -> None:
+        for entry in self.read:
+            heapq.heappush(self.tier._heap, entry)
+        self.read = []
+
+
+def _restore(ordered) -> None:
+    if isinstance(ordered, _Ordered):
+        ordered.restore()
+
+
+def replay(
+    trace: Trace,
+    policy: Policy | str,
+    capacity: Capacity,
+    costs: Costs | None = None,
+    *,
+    record_tiers: bool = False,
+) -> Result:
+    """Run ``trace`` through the tier model under ``policy``; see the module's docstring."""
+    policy = make_policy(policy) if isinstance(policy, str) else policy
+    costs = costs or Costs()
+    half_life = policy.half_life_s
+    result = Result(policy=policy.name, trace=trace.name, capacity=capacity)
+    engine, disk = _Tier(policy), _Tier(policy)
+    l1: list[int] = []  # device slots, most recent first
+    recency: OrderedDict[int, None] = OrderedDict()  # engine residents, least recent first
+    ready: dict[int, float] = {}  # when each version's last load finishes
+    source: dict[int, str] = {}  # the tier that load came from
+    fetchers = [0.0] * capacity.max_fetches
+    loaders = [0.0] * capacity.max_loads
+    pending: list[float] = []  # finish times of loads in flight
+    n = len(trace.keys)
+    ttft: list[float] = []
+    hit: list[bool] = []
+    base_ttft = costs.base_ttft_ms
+    tier_log: list[str] | None = [] if record_tiers else None
+    adapters, priorities = trace.adapters, trace.priorities
+    quotas = capacity.warm_quotas or None
+    l1_slots, l2_slots, l2_bytes = capacity.l1_slots, capacity.l2_slots, capacity.l2_bytes
+    l3_bytes, ttl = capacity.l3_bytes, capacity.ttl_s
+    peak = result.peak_bytes
+    tiers = result.tiers
+    next_expiry = 0.0
+    l2_ms = costs.l2_ms
+    started = time.perf_counter()
+
+    def refill_l1() -> None:
+        if len(l1) < l1_slots and len(engine.residents) > len(l1):
+            for k in reversed(recency):
+                if k not in l1:
+                    l1.append(k)
+                    if len(l1) == l1_slots:
+                        break
+
+    def leave_engine(key: int) -> None:
+        gone = engine.pop(key)
+        recency.pop(key, None)
+        if key in l1:
+            l1.remove(key)
+            refill_l1()
+        if key in disk.residents:  # its use carries down to L3
+            known = disk.residents[key]
+            disk.put(
+                key,
+                Resident(
+                    known.key,
+                    known.tenant_id,
+                    known.size_bytes,
+                    max(known.last_used, gone.last_used),
+                    gone.hits,
+                    known.reload_cost_ms,
+                    known.tenant_priority,
+                ),
+            )
+
+    in_engine = engine.residents  # (the same dict for the whole run)
+    bytes_requested = bytes_hit = 0
+    for now, key in zip(trace.at, trace.keys, strict=True):
+        adapter = adapters[key]
+        size = adapter.size_bytes
+        bytes_requested += size
+        if ttl is not None and now >= next_expiry:  # the node's TTL sweep, once a second
+            next_expiry = now + 1.0
+            cutoff = now - ttl
+            for gone in [k for k, r in engine.residents.items() if r.last_used < cutoff]:
+                if ready.get(gone, 0.0) <= now:
+                    leave_engine(gone)
+                    result.evictions["L2"] += 1
+        while pending and pending[0] <= now:
+            heapq.heappop(pending)
+
+        served_hot = False
+        resident = in_engine.get(key)
+        if resident is not None:
+            if ready.get(key, 0.0) > now:  # still loading: wait for that load
+                tier = source[key]
+                wait = (ready[key] - now) * 1000
+            else:
+                tier = "L1" if key in l1 else "L2"
+                wait = l2_ms if tier == "L2" else 0.0
+                served_hot = True
+                bytes_hit += size
+            engine.touch(key, resident.touched(now, half_life))
+        else:
+            tier = "L3" if key in disk.residents else "L4"
+            t0 = now
+            if len(pending) >= capacity.max_pending:  # the queue is full: wait for room
+                result.queue_full += 1
+                t0 = heapq.heappop(pending)
+            if tier == "L4":
+                slot = min(range(len(fetchers)), key=fetchers.__getitem__)
+                fetched = max(t0, fetchers[slot]) + costs.land_ms(size) / 1000
+                fetchers[slot] = fetched
+                t0 = fetched
+            slot = min(range(len(loaders)), key=loaders.__getitem__)
+            done = max(t0, loaders[slot]) + (costs.l3_ms + costs.l3_ms_per_mb * size / MB) / 1000
+            loaders[slot] = done
+            heapq.heappush(pending, done)
+            ready[key], source[key] = done, tier
+            wait = (done - now) * 1000
+            result.loads += 1
+            result.reload_ms += costs.load_ms(tier, size)
+            # L3 first, as the node lands a version before adding it to the engine
+            known = disk.residents.get(key)
+            priority = priorities.get(adapter.tenant, 1)
+            if known is None:
+                known = Resident((key,), adapter.tenant, size, now, 0.0, 0.0, priority)
+            known = known.touched(now, half_life)
+            if tier == "L4":
+                known = Resident(
+                    known.key,
+                    known.tenant_id,
+                    size,
+                    now,
+                    known.hits,
+                    costs.land_ms(size),
+                    priority,
+                )
+            disk.put(key, known)
+            if tier == "L4" and l3_bytes is not None and disk.bytes > l3_bytes:
+                over = disk.bytes - l3_bytes
+
+                def busy(k: int, key: int = key, now: float = now) -> bool:
+                    return k == key or k in engine.residents or ready.get(k, 0.0) > now
+
+                candidates = disk.ordered(now, busy)
+                chosen = []
+                for victim in candidates:
+                    if over <= 0:
+                        break
+                    chosen.append(victim)
+                    over -= victim.size_bytes
+                _restore(candidates)
+                for victim in chosen:
+                    policy.on_evict(victim, now)
+                    disk.pop(victim.key[0])
+                    result.evictions["L3"] += 1
+
+            # make room in the engine (placement._make_room)
+            def loading(k: int, now: float = now) -> bool:
+                return ready.get(k, 0.0) > now
+
+            while True:
+                residents = engine.residents
+                over_memory = bool(residents) and (
+                    l2_bytes is not None and engine.bytes + size > l2_bytes
+                )
+                capacity_now = len(residents) if over_memory else l2_slots
+                if len(residents) < capacity_now and not quotas:
+                    break
+                ordered = engine.ordered(now, loading)
+                victims = select_victims(
+                    residents.values(),
+                    policy=policy,
+                    now=now,
+                    capacity=capacity_now,
+                    requester=adapter.tenant,
+                    quotas=quotas,
+                    pressure=min(1.0, len(pending) / capacity.max_pending),
+                    ordered=ordered,
+                    census=engine.census,
+                )
+                _restore(ordered)
+                if not victims and len(residents) >= capacity_now:
+                    fallback = engine.ordered(now, loading)
+                    victims = list(_first(fallback))
+                    _restore(fallback)
+                if not victims:
+                    break
+                for victim in victims:
+                    policy.on_evict(victim, now)
+                    leave_engine(victim.key[0])
+                    result.evictions["L2"] += 1
+            engine.put(
+                key,
+                Resident(
+                    (key,),
+                    adapter.tenant,
+                    size,
+                    now,
+                    known.hits,
+                    costs.load_ms("L3", size),
+                    priority,
+                ),
+            )
+        # device slots: the most recently used versions in the engine
+        recency[key] = None
+        recency.move_to_end(key)
+        if tier == "L1":
+            l1.remove(key)
+            l1.insert(0, key)
+        else:
+            if key in l1:
+                l1.remove(key)
+            l1.insert(0, key)
+            if len(l1) > l1_slots:
+                l1.pop()
+            if len(l1) * size > peak["L1"]:  # (cheap test first: most runs have one size)
+                peak["L1"] = max(peak["L1"], sum(adapters[k].size_bytes for k in l1))
+        tiers[tier] += 1
+        ttft.append(base_ttft + wait)
+        hit.append(served_hot)
+        if tier_log is not None:
+            tier_log.append(tier)
+        if engine.bytes > peak["L2"]:
+            peak["L2"] = engine.bytes
+        if disk.bytes > peak["L3"]:
+            peak["L3"] = disk.bytes
+    result.seconds = time.perf_counter() - started
+    result.bytes_requested, result.bytes_hit = bytes_requested, bytes_hit
+    result.requests = n
+    result.ttft_ms = np.array(ttft)
+    result.hit_of_request = np.array(hit, dtype=bool)
+    result.tenant_of_request = np.array([adapters[k].tenant for k in trace.keys], dtype=np.int64)
+    result.tier_log = tier_log
+    return result
+
+
+def _first(ordered) -> Iterator[Resident]:
+    for resident in ordered:
+        yield resident
+        return

@@ -1,0 +1,234 @@
+"""The trace replay (pure logic): hand-computed tier sequences for every policy, the offline
+bound, and the replay running the node's own policy objects."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apps.serving.cache import policy as node_policy
+from apps.serving.cache.policy import (
+    POLICIES,
+    Census,
+    Resident,
+    make_policy,
+    rank,
+    select_victims,
+)
+from apps.serving.replay import simulate
+from apps.serving.replay.offline import Oracle, belady_hits
+from apps.serving.replay.simulate import Capacity, Costs, replay
+from apps.serving.replay.traces import Adapter, Trace
+
+MB = 1024 * 1024
+FREE = Costs(base_ttft_ms=50, l2_ms=0, l3_ms=0, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)
+
+
+def trace_of(names: str, *, size_mb: int = 10, tenants: dict[str, int] | None = None) -> Trace:
+    """One request per letter, one second apart; every adapter ``size_mb``."""
+    keys = {name: n for n, name in enumerate(sorted(set(names)))}
+    owners = tenants or {}
+    return Trace(
+        name=names,
+        description="hand-built",
+        adapters={
+            k: Adapter(k, owners.get(name, 1), size_mb * MB, name) for name, k in keys.items()
+        },
+        priorities={t: 1 for t in {*owners.values(), 1}},
+        at=[float(i) for i in range(len(names))],
+        keys=[keys[name] for name in names],
+    )
+
+
+# A is used three times, then B and C arrive in a cache of two engine slots (one device slot).
+# Recency alone (LRU, and the seed's linear formula, where A's idle time outweighs its hits)
+# evicts A for C; the frequency-aware policies evict B, so A's return is an engine hit.
+EXPECTED = {
+    "lru": (["L4", "L1", "L1", "L4", "L4", "L3"], 2),
+    "linear": (["L4", "L1", "L1", "L4", "L4", "L3"], 2),
+    "lfu": (["L4", "L1", "L1", "L4", "L4", "L2"], 1),
+    "gdsf": (["L4", "L1", "L1", "L4", "L4", "L2"], 1),
+    "weighted": (["L4", "L1", "L1", "L4", "L4", "L2"], 1),
+}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_gives_the_hand_computed_tiers_and_evictions(policy):
+    result = replay(
+        trace_of("AAABCA"), policy, Capacity(l1_slots=1, l2_slots=2), FREE, record_tiers=True
+    )
+    tiers, evictions = EXPECTED[policy]
+    assert result.tier_log == tiers
+    assert result.evictions == {"L2": evictions, "L3": 0}
+    assert result.hits == tiers.count("L1") + tiers.count("L2")
+    assert result.loads == tiers.count("L3") + tiers.count("L4")
+
+
+def test_the_device_slots_hold_the_most_recently_used_versions():
+    # two device slots in an engine of three: A B C A B C cycles within the engine
+    result = replay(
+        trace_of("ABCABCA"), "lru", Capacity(l1_slots=2, l2_slots=3), FREE, record_tiers=True
+    )
+    assert result.tier_log == ["L4", "L4", "L4", "L2", "L2", "L2", "L2"]
+    again = replay(
+        trace_of("ABAB"), "lru", Capacity(l1_slots=2, l2_slots=3), FREE, record_tiers=True
+    )
+    assert again.tier_log == ["L4", "L4", "L1", "L1"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_disk_tier_keeps_to_its_byte_cap_but_never_drops_what_the_engine_holds(policy):
+    # one engine slot; the disk holds two 10 MB versions; A B C A — each landing past the
+    # cap evicts the one on-disk version the engine does not hold
+    result = replay(
+        trace_of("ABCA"),
+        policy,
+        Capacity(l1_slots=1, l2_slots=1, l3_bytes=25 * MB),
+        FREE,
+        record_tiers=True,
+    )
+    assert result.tier_log == ["L4", "L4", "L4", "L4"]  # A left the disk when C landed
+    assert result.evictions == {"L2": 3, "L3": 2}
+    assert result.peak_bytes["L3"] == 20 * MB  # the cap held after every landing
+    assert result.peak_bytes["L2"] == 10 * MB
+
+
+def test_requests_for_a_version_still_loading_wait_for_that_one_load():
+    slow = Costs(base_ttft_ms=50, l3_ms=20, l3_ms_per_mb=0, l4_ms=80, l4_ms_per_mb=0)
+    trace = trace_of("AA")
+    trace.at = [0.0, 0.03]  # the second arrives 30 ms into A's 100 ms load
+    result = replay(trace, "lru", Capacity(l1_slots=1, l2_slots=2), slow, record_tiers=True)
+    assert result.tier_log == ["L4", "L4"]  # both served by the one load from L4
+    assert result.loads == 1 and result.hits == 0
+    assert list(result.ttft_ms) == pytest.approx([150.0, 120.0])
+
+
+def test_a_full_load_queue_makes_a_cold_request_wait_for_room():
+    slow = Costs(base_ttft_ms=0, l3_ms=100, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)
+    trace = trace_of("AB")
+    trace.at = [0.0, 0.01]
+    capacity = Capacity(l1_slots=1, l2_slots=2, max_pending=1, max_fetches=4, max_loads=4)
+    result = replay(trace, "lru", capacity, slow)
+    assert result.queue_full == 1
+    assert list(result.ttft_ms) == pytest.approx([100.0, 190.0])  # B starts when A is done
+
+
+def test_a_tenant_at_its_warm_quota_displaces_its_own_versions_in_the_replay_too():
+    trace = trace_of("XABC", tenants={"X": 2, "A": 1, "B": 1, "C": 1})
+    capacity = Capacity(l1_slots=1, l2_slots=8, warm_quotas={1: 2})
+    result = replay(trace, "lru", capacity, FREE, record_tiers=True)
+    assert result.evictions["L2"] == 1  # C displaced A, not X, though the cache had room
+
+
+def test_the_replay_runs_the_node_s_policy_objects_and_select_victims():
+    assert simulate.make_policy is node_policy.make_policy
+    assert simulate.select_victims is node_policy.select_victims
+
+    class Spy(node_policy.LRU):
+        def __init__(self) -> None:
+            self.evicted: list[int] = []
+
+        def on_evict(self, resident, now):
+            self.evicted.append(resident.key[0])
+
+    spy = Spy()
+    replay(trace_of("ABC"), spy, Capacity(l1_slots=1, l2_slots=1), FREE)
+    assert spy.evicted == [0, 1]  # A, then B
+
+
+def test_the_oracle_knows_each_version_s_next_request():
+    trace = trace_of("ABAB")
+    oracle = Oracle(trace)
+    a_at_0 = Resident(key=(0,), tenant_id=1, size_bytes=MB, last_used=0.0)
+    b_at_3 = Resident(key=(1,), tenant_id=1, size_bytes=MB, last_used=3.0)
+    assert oracle.next_use(a_at_0) == 2.0
+    assert oracle.next_use(b_at_3) == float("inf")
+
+
+# --- the bound -----------------------------------------------------------------------------
+
+sequences = st.lists(st.integers(min_value=0, max_value=7), min_size=1, max_size=80)
+
+
+def brute_force_best(keys: tuple[int, ...], slots: int) -> int:
+    """The most hits any eviction sequence gets (exhaustive; tiny inputs only)."""
+
+    @functools.cache
+    def best(i: int, cache: frozenset[int]) -> int:
+        if i == len(keys):
+            return 0
+        key = keys[i]
+        if key in cache:
+            return 1 + best(i + 1, cache)
+        if len(cache) < slots:
+            return best(i + 1, cache | {key})
+        return max(best(i + 1, (cache - {victim}) | {key}) for victim in cache)
+
+    return best(0, frozenset())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=12), st.integers(1, 3))
+def test_belady_is_the_optimum_on_small_sequences(keys, slots):
+    trace = trace_of("".join("ABCDE"[k] for k in keys))
+    assert belady_hits(trace, slots) == brute_force_best(tuple(trace.keys), slots)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sequences, st.integers(1, 6), st.sampled_from(POLICIES))
+def test_no_policy_beats_belady_on_equal_sizes(keys, slots, policy):
+    trace = trace_of("".join("ABCDEFGH"[k] for k in keys))
+    result = replay(trace, policy, Capacity(l1_slots=1, l2_slots=slots), FREE)
+    assert result.hits <= belady_hits(trace, slots)
+
+
+residents = st.lists(
+    st.builds(
+        lambda k, t, idle, hits, prio, size: Resident(
+            key=(k,),
+            tenant_id=t,
+            size_bytes=size * MB,
+            last_used=1000.0 - idle,
+            hits=hits,
+            reload_cost_ms=5.0,
+            tenant_priority=prio,
+        ),
+        st.integers(0, 10_000),
+        st.integers(1, 4),
+        st.floats(0, 900),
+        st.floats(0.5, 50),
+        st.integers(0, 2),
+        st.integers(1, 100),
+    ),
+    min_size=1,
+    max_size=30,
+    unique_by=lambda r: r.key,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    residents, st.integers(1, 30), st.integers(1, 4), st.sampled_from(["lru", "lfu", "weighted"])
+)
+def test_the_replay_s_heap_order_picks_the_same_victims_as_the_node_s_ranking(
+    pool, capacity, requester, name
+):
+    """The replay hands ``select_victims`` residents pre-sorted by ``retention`` and a kept
+    census; the node ranks by ``score`` and counts. Both must choose the same victims."""
+    policy = make_policy(name)
+    by_key = sorted(pool, key=policy.retention)  # lowest retention goes first
+    node = select_victims(pool, policy=policy, now=1000.0, capacity=capacity, requester=requester)
+    replayed = select_victims(
+        pool,
+        policy=policy,
+        now=1000.0,
+        capacity=capacity,
+        requester=requester,
+        ordered=iter(by_key),
+        census=Census.of(pool),
+    )
+    assert [r.key for r in replayed] == [r.key for r in node]
+    assert [r.key for r in rank(pool, policy=policy, now=1000.0)] == [r.key for r in by_key]
