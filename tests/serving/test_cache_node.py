@@ -346,3 +346,71 @@ def test_prewarm_loads_the_most_requested_versions(cache, tenant_a):
     assert warmed[:2] == ["support@v1", "extra-0@v1"]  # most requested first
     assert {cache.versions["support"], cache.versions["x0"]} <= cache.in_engine()
     assert tier_of(ask(cache.keys["a"], cache.url, "support")) in ("L1", "L2")
+
+
+@pytest.mark.parametrize("policy", ["weighted", "lru"])
+def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(cache, policy):
+    """The seed's log replay, checked against the real thing: the same sequence, capacities
+    and policy through the replay give the tier the node put in X-Lorahub-Cache-Tier for
+    every request (two tenants, two adapter sizes, evictions from the engine)."""
+    from apps.serving.models import RequestLog
+    from apps.serving.replay.log import trace_from_log
+    from apps.serving.replay.simulate import Capacity, Costs, replay
+
+    def use(change):
+        change["gpu_hot"]["eviction_policy"] = policy
+
+    cache.configure(use)
+    sequence = [
+        "x0",
+        "x1",
+        "x0",
+        "x2",
+        "x3",
+        "x0",
+        "x4",
+        "support",
+        "x1",
+        "x0",
+        "b0",
+        "x2",
+        "x5",
+        "x0",
+        "x3",
+        "support",
+        "x4",
+        "x1",
+        "b0",
+        "x0",
+        "x2",
+        "x5",
+        "x0",
+        "b0",
+    ]
+    evicted_before = cache.metric("adapter_eviction_count_total", tier="L2")
+    node_tiers = []
+    for model in sequence:
+        key = cache.keys["b" if model == "b0" else "a"]
+        node_tiers.append(tier_of(ask(key, cache.url, model)))
+    assert {"L1", "L2", "L3", "L4"} <= set(node_tiers), node_tiers  # every tier took part
+    deadline = time.monotonic() + 20
+    while RequestLog.objects.filter(tier__in=("L1", "L2", "L3", "L4")).count() < len(sequence):
+        assert time.monotonic() < deadline, "the node's request log never caught up"
+        time.sleep(0.2)
+
+    trace = trace_from_log(since_hours=1)
+    assert trace.tiers == node_tiers  # the log holds what the headers said
+    free = Costs(l3_ms=0, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)  # tiers only, not timing
+    limits = cache.state()["limits"]  # what the node runs with (slot counts: its engine's)
+    capacity = Capacity(
+        l1_slots=limits["max_loras"],
+        l2_slots=limits["max_cpu_loras"],
+        l2_bytes=limits["warm_max_bytes"],
+        l3_bytes=limits["disk_max_bytes"],
+        ttl_s=limits["warm_ttl_s"],
+        max_pending=limits["max_pending_loads"],
+    )
+    replayed = replay(trace, policy, capacity, free, record_tiers=True)
+    assert replayed.tier_log == node_tiers
+    evicted = cache.metric("adapter_eviction_count_total", tier="L2") - evicted_before
+    assert replayed.evictions["L2"] == evicted

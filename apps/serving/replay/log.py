@@ -1,0 +1,104 @@
+"""The node's own request log as a trace (the seed's log replay), its export, and the load
+costs the node measured."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from apps.registry.models import AdapterVersion
+from apps.serving.models import RequestLog
+from apps.serving.replay.simulate import Costs
+from apps.serving.replay.traces import Trace, from_rows
+from apps.tenants.errors import Invalid
+from apps.tenants.models import Tenant
+
+
+def _window(since_hours: float, tenant: str | None):
+    if since_hours <= 0:
+        raise Invalid("--since must be more than 0 hours")
+    rows = RequestLog.objects.filter(
+        at__gte=datetime.now(UTC) - timedelta(hours=since_hours),
+        tenant__isnull=False,
+        tier__in=("L1", "L2", "L3", "L4"),  # requests that used an adapter
+    )
+    if tenant:
+        found = Tenant.objects.filter(slug=tenant).first()
+        if found is None:
+            raise Invalid(f"there is no tenant '{tenant}'")
+        rows = rows.filter(tenant=found)
+    return rows.order_by("at", "id")
+
+
+def log_rows(*, since_hours: float = 24.0, tenant: str | None = None) -> Iterator[dict]:
+    """The logged requests that used an adapter, oldest first, in ``traces.EXPORT_FIELDS``."""
+    versions: dict[tuple[int, str, str], tuple[int, int]] = {}
+    priorities = dict(Tenant.objects.values_list("id", "priority"))
+    slugs = dict(Tenant.objects.values_list("id", "slug"))
+    for row in (
+        _window(since_hours, tenant)
+        .values_list("at", "tenant_id", "alias", "adapter_id", "version", "tier")
+        .iterator(chunk_size=5000)
+    ):
+        at, tenant_id, alias, adapter_id, version, tier = row
+        key = (tenant_id, adapter_id, version)
+        if key not in versions:
+            found = (
+                AdapterVersion.objects.filter(
+                    adapter__tenant_id=tenant_id, adapter__adapter_id=adapter_id, version=version
+                )
+                .values_list("id", "size_bytes")
+                .first()
+            )
+            versions[key] = (found[0], found[1] or 0) if found else (0, 0)
+        version_id, size = versions[key]
+        if not version_id:
+            continue  # a version since deleted from the registry (never happens; be safe)
+        yield {
+            "at": at.isoformat(),
+            "tenant": slugs.get(tenant_id, str(tenant_id)),
+            "alias": alias,
+            "version_id": version_id,
+            "version": f"{adapter_id}@{version}",
+            "size_bytes": size,
+            "priority": priorities.get(tenant_id, 1),
+            "tier": tier,
+        }
+
+
+def trace_from_log(*, since_hours: float = 24.0, tenant: str | None = None) -> Trace:
+    scope = f"tenant {tenant}" if tenant else "all tenants"
+    return from_rows(
+        log_rows(since_hours=since_hours, tenant=tenant),
+        name="request-log",
+        description=f"this platform's request log, last {since_hours:g} h, {scope}",
+    )
+
+
+def costs_from_log(*, since_hours: float = 24.0, base: Costs | None = None) -> Costs:
+    """Per-tier load costs as the nodes measured them: the median ``load_ms`` of requests
+    served from L3 and from L4 (a fixed cost per tier; per-MB terms set to 0), and the
+    median TTFT of L1 hits as the base TTFT. Tiers with no requests keep ``base``'s."""
+    base = base or Costs()
+    rows = RequestLog.objects.filter(at__gte=datetime.now(UTC) - timedelta(hours=since_hours))
+
+    def median(tier: str, column: str) -> float | None:
+        values = list(
+            rows.filter(tier=tier, status=200, **{f"{column}__isnull": False}).values_list(
+                column, flat=True
+            )[:100_000]
+        )
+        return float(np.median(values)) if values else None
+
+    l3, l4, ttft = median("L3", "load_ms"), median("L4", "load_ms"), median("L1", "ttft_ms")
+    l3_fixed = l3 if l3 is not None else base.l3_ms
+    return Costs(
+        base_ttft_ms=ttft if ttft is not None else base.base_ttft_ms,
+        l2_ms=base.l2_ms,
+        l3_ms=l3 if l3 is not None else base.l3_ms,
+        l3_ms_per_mb=0.0 if l3 is not None else base.l3_ms_per_mb,
+        l4_ms=max(l4 - l3_fixed, 0.0) if l4 is not None else base.l4_ms,
+        l4_ms_per_mb=0.0 if l4 is not None else base.l4_ms_per_mb,
+    )
