@@ -319,6 +319,8 @@ LORAHUB_NODE_FULL_REFRESH_S = env_int("LORAHUB_NODE_FULL_REFRESH_S", 30, minimum
 LORAHUB_REQUEST_LOG_RETENTION_DAYS = env_int("LORAHUB_REQUEST_LOG_RETENTION_DAYS", 7, minimum=1)
 LORAHUB_ROLLUP_RETENTION_DAYS = env_int("LORAHUB_ROLLUP_RETENTION_DAYS", 90, minimum=1)
 LORAHUB_NODE_NAME = env_str("LORAHUB_NODE_NAME", "node-1")
+# Arrival traces the console's replay page offers (by name, never by a path from a browser).
+LORAHUB_TRACES_DIR = env_path("LORAHUB_TRACES_DIR", BASE_DIR.parent / "shared" / "traces")
 # Overload: concurrent generations, and requests allowed to wait for one; beyond, 503.
 LORAHUB_NODE_MAX_CONCURRENT = env_int("LORAHUB_NODE_MAX_CONCURRENT", 32, minimum=1)
 LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)

@@ -177,3 +177,76 @@ def fairness(rows: list[dict]) -> dict[str, Figure]:
             },
         }
     }
+
+
+def replay(report: dict) -> dict[str, Figure]:
+    """The replay page's charts: tiers per policy against the offline optimum, reload time,
+    TTFT percentiles and, when swept, hit rate against L2 capacity."""
+    runs = list(report["policies"].values())
+    names = [r["policy"] for r in runs]
+    best = report["optimum"]
+
+    def layout(title: str, y_title: str, **extra: Any) -> dict:
+        return _layout(title, y_title, xaxis={"type": "category"}, hovermode="closest", **extra)
+
+    tiers = [
+        {
+            "type": "bar",
+            "x": names,
+            "y": [r["tier_rates"][tier] for r in runs],
+            "name": tier,
+            "marker": {"color": TIER_COLORS[tier.lower()]},
+        }
+        for tier in ("L1", "L2", "L3", "L4")
+    ]
+    tiers.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "x": names,
+            "y": [best["hit_rate"]] * len(names),
+            "name": f"{best['kind']} (engine hits)",
+            "line": {"dash": "dash", "color": "#222"},
+        }
+    )
+    figures = {
+        "chart-replay-tiers": {
+            "data": tiers,
+            "layout": layout(
+                "Where requests were served, per policy", "share of requests", barmode="stack"
+            ),
+        },
+        "chart-replay-reload": {
+            "data": [
+                {"type": "bar", "x": names, "y": [r["reload_s"] for r in runs], "name": "reload"}
+            ],
+            "layout": layout("Total time spent loading adapters", "seconds"),
+        },
+        "chart-replay-ttft": {
+            "data": [
+                {
+                    "type": "bar",
+                    "x": names,
+                    "y": [r["ttft_ms"][p] for r in runs],
+                    "name": f"TTFT {p}",
+                }
+                for p in ("p50", "p95", "p99")
+            ],
+            "layout": layout("Estimated time to first token", "ms", barmode="group"),
+        },
+    }
+    sweep = report.get("sweeps", {}).get("l2")
+    if sweep:
+        lines = [_line(sweep["values"], rates, name) for name, rates in sweep["policies"].items()]
+        if "optimum" in sweep:
+            lines.append(_line(sweep["values"], sweep["optimum"], "offline", line={"dash": "dash"}))
+        figures["chart-replay-sweep"] = {
+            "data": lines,
+            "layout": _layout(
+                "Engine hit rate (L1+L2) against L2 slots",
+                "hit rate",
+                xaxis={"type": "log", "title": {"text": "L2 slots"}},
+                hovermode="closest",
+            ),
+        }
+    return figures

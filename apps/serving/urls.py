@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.serving import views
+from apps.serving import replay_views, views
 
 app_name = "serving"
 urlpatterns = [
@@ -14,5 +14,9 @@ urlpatterns = [
     path("operator/dashboard/data", views.operator_dashboard_data, name="operator_dashboard_data"),
     path("operator/cache/", views.cache_config, name="cache_config"),
     path("operator/nodes/", views.nodes_page, name="nodes"),
+    path("operator/replay/", replay_views.replay_page, name="replay"),
+    path("operator/replay/<int:run_id>/", replay_views.replay_run, name="replay_run"),
+    path("operator/replay/<int:run_id>/data", replay_views.replay_data, name="replay_data"),
+    path("operator/replay/<int:run_id>/apply", replay_views.replay_apply, name="replay_apply"),
     path("operator/nodes/<str:node>/<str:verb>", views.node_action, name="node_action"),
 ]

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.serving import charts, config, dashboards, nodes
+from apps.serving.cache.policy import POLICIES
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
@@ -30,7 +31,7 @@ from lorahub.cacheconfig import config_problems
 # Cache-config keys that are not edited in the form (carried over as they are).
 FIXED_KEYS = ("adapter_cache.placement.key_fields", "adapter_cache.disk_cache.path")
 CHOICES = {
-    "adapter_cache.gpu_hot.eviction_policy": ("weighted", "lru", "lfu", "gdsf"),
+    "adapter_cache.gpu_hot.eviction_policy": POLICIES,
     "on_overload": ("wait", "degrade", "reject"),
 }
 RESTART_KEYS = (

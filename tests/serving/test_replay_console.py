@@ -1,0 +1,123 @@
+"""The operator's replay page: a replay runs as a Celery task in a real worker, its report is
+shown and plotted, and a chosen policy and capacities go to the cache configuration."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from apps.serving import config
+from apps.serving.models import ReplayRun
+from apps.tenants.models import AuditEvent
+from tests.helpers import user_client
+
+SMALL = {
+    "source": "shift",
+    "since_hours": "24",
+    "alpha": "1.0",
+    "drift": "0.2",
+    "adapters": "200",
+    "tenants": "5",
+    "sizes": "uniform",
+    "seed": "3",
+    "requests": "3000",
+    "policies": ["weighted", "lru", "lfu"],
+    "l1": "4",
+    "l2": "12",
+    "l2_gb": "0",
+    "l3_gb": "0",
+    "sweep": "on",
+}
+
+
+def wait_until_finished(run_id: int, seconds: float = 60) -> ReplayRun:
+    deadline = time.monotonic() + seconds
+    while True:
+        row = ReplayRun.objects.get(pk=run_id)
+        if row.state in (ReplayRun.State.DONE, ReplayRun.State.FAILED):
+            return row
+        assert time.monotonic() < deadline, f"replay {run_id} still {row.state} at {row.step!r}"
+        time.sleep(0.2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker, operator):
+    otto = user_client("otto", "otto-pass-123")
+    assert otto.get("/operator/replay/").status_code == 200
+    response = otto.post("/operator/replay/", SMALL)
+    assert response.status_code == 302
+    run_id = int(response["Location"].rstrip("/").rsplit("/", 1)[1])
+    row = wait_until_finished(run_id)
+    assert row.state == ReplayRun.State.DONE, row.error
+    assert row.progress == 1.0
+    report = row.report
+    assert set(report["policies"]) == {"weighted", "lru", "lfu"}
+    assert report["optimum"]["kind"] == "Belady MIN"
+    for run in report["policies"].values():  # no policy beats the bound
+        assert run["hit_rate"] <= report["optimum"]["hit_rate"]
+        assert sum(run["tier_rates"].values()) == pytest.approx(1.0)
+    assert report["sweeps"]["l2"]["values"] == [4, 8, 16, 32, 64, 128, 256]
+
+    page = otto.get(f"/operator/replay/{run_id}/").content.decode()
+    for name in ("weighted", "lru", "lfu", "Belady MIN"):
+        assert name in page
+    data = otto.get(f"/operator/replay/{run_id}/data").json()
+    assert data["state"] == "done"
+    assert set(data["figures"]) == {
+        "chart-replay-tiers",
+        "chart-replay-reload",
+        "chart-replay-ttft",
+        "chart-replay-sweep",
+    }
+    tiers = data["figures"]["chart-replay-tiers"]["data"]
+    l1 = next(trace for trace in tiers if trace["name"] == "L1")
+    assert l1["y"] == [report["policies"][p]["tier_rates"]["L1"] for p in l1["x"]]
+
+    applied = otto.post(f"/operator/replay/{run_id}/apply", {"policy": "lfu"})
+    assert applied.status_code == 302 and applied["Location"] == "/operator/cache/"
+    cache = config.effective_config().adapter_cache
+    assert cache.gpu_hot.eviction_policy == "lfu"
+    assert (cache.gpu_hot.max_adapters, cache.cpu_warm.max_adapters) == (4, 12)
+    event = AuditEvent.objects.filter(action="cache_config.set").latest("id")
+    assert event.after["adapter_cache"]["gpu_hot"]["eviction_policy"] == "lfu"
+
+
+@pytest.mark.django_db
+def test_bad_fields_are_shown_beside_them_and_nothing_starts(operator):
+    otto = user_client("otto", "otto-pass-123")
+    response = otto.post("/operator/replay/", {**SMALL, "l1": "32", "requests": "many"})
+    assert response.status_code == 422
+    page = response.content.decode()
+    assert "L1 slots cannot exceed L2 slots" in page
+    assert "Enter a whole number" in page
+    assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_policy_outside_the_run_or_an_unfinished_run_changes_nothing(operator):
+    otto = user_client("otto", "otto-pass-123")
+    row = ReplayRun.objects.create(spec={"capacity": {"l1_slots": 4, "l2_slots": 12}})
+    before = config.effective_config()
+    response = otto.post(f"/operator/replay/{row.pk}/apply", {"policy": "lru"}, follow=True)
+    assert "Pick one of this finished run" in response.content.decode()
+    assert config.effective_config() == before
+    assert not AuditEvent.objects.filter(action="cache_config.set").exists()
+
+
+@pytest.mark.django_db
+def test_the_trace_file_is_the_server_s_never_a_path_from_the_form(operator, tmp_path, settings):
+    settings.LORAHUB_TRACES_DIR = tmp_path  # no Azure trace here: not offered
+    otto = user_client("otto", "otto-pass-123")
+    assert b'value="azure"' not in otto.get("/operator/replay/").content
+    response = otto.post("/operator/replay/", {**SMALL, "source": "csv", "path": "/etc/passwd"})
+    assert response.status_code == 422  # csv is no choice; and "path" is no field
+    assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_replay_pages_are_for_operators_only(tenant_a):
+    member_client = user_client("alice", "alice-pass-123")  # tenant A's admin
+    for url in ("/operator/replay/", "/operator/replay/1/", "/operator/replay/1/data"):
+        assert member_client.get(url).status_code == 404
+    assert member_client.post("/operator/replay/1/apply", {"policy": "lru"}).status_code == 404
