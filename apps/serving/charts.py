@@ -243,9 +243,9 @@ def replay(report: dict) -> dict[str, Figure]:
         figures["chart-replay-sweep"] = {
             "data": lines,
             "layout": _layout(
-                "Engine hit rate (L1+L2) against L2 slots",
+                "Engine hit rate (L1+L2) against L2 slots (log scale)",
                 "hit rate",
-                xaxis={"type": "log", "title": {"text": "L2 slots"}},
+                xaxis={"type": "log", "tickvals": sweep["values"]},
                 hovermode="closest",
             ),
         }

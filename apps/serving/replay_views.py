@@ -113,9 +113,8 @@ class ReplayForm(forms.Form):
             l3_bytes=int(d["l3_gb"] * GIB) or None,
         )
         sweep = tuple(v for v in run.L2_SWEEP if v >= d["l1"]) if d["sweep"] else ()
-        return run.Spec(
-            trace=trace, policies=tuple(d["policies"]), capacity=capacity, sweep_l2=sweep
-        )
+        policies = tuple(p for p in POLICIES if p in d["policies"])  # the default first
+        return run.Spec(trace=trace, policies=policies, capacity=capacity, sweep_l2=sweep)
 
 
 def _initial() -> dict:

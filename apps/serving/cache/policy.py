@@ -216,6 +216,13 @@ class Weighted:
     name: str = "weighted"
     _terms: dict[tuple[int, int], float] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if not 0 < self.recency_half_life_s <= self.half_life_s:
+            raise ValueError(
+                "recency_half_life_s must be positive and at most half_life_s (the value must "
+                "not fall when an adapter is used)"
+            )
+
     def retention(self, resident: Resident) -> float:
         """log2 of the value at time 0: higher stays longer; fixed between accesses."""
         hits = resident.hits

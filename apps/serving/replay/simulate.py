@@ -156,7 +156,14 @@ class Result:
 
 
 class _Tier:
-    """One tier's residents, and (for policies with a fixed ``retention``) a heap of them."""
+    """One tier's residents, and (for policies with a fixed ``retention``) a heap of them.
+
+    The heap is updated lazily: a hit only replaces the resident (``touch``); when an entry
+    reaches the top and its resident has changed since it was pushed, it is pushed again with
+    the resident's current key. That is exact because retention never falls on an access
+    (more hits, a later last use; ``Weighted`` keeps its recency half-life at most its count
+    half-life), so a stale key is never above the true one.
+    """
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -165,7 +172,8 @@ class _Tier:
         self.census = Census()
         self.bytes = 0
         self._heap: list[tuple[float, int, int]] = []
-        self._seq: dict[int, int] = {}
+        self._seq: dict[int, int] = {}  # key -> counter of its live heap entry
+        self._pushed: dict[int, Resident] = {}  # key -> the resident that entry was made from
         self._counter = 0
 
     def put(self, key: int, resident: Resident) -> None:
@@ -177,27 +185,27 @@ class _Tier:
         self.residents[key] = resident
         self.bytes += resident.size_bytes
         if self.retention is not None:
-            self._counter += 1
-            self._seq[key] = self._counter
-            heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
-            if len(self._heap) > 4 * len(self.residents) + 64:
-                self._compact()
+            self.push(key, resident)
+
+    def push(self, key: int, resident: Resident) -> None:
+        assert self.retention is not None
+        self._counter += 1
+        self._seq[key] = self._counter
+        self._pushed[key] = resident
+        heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
+        if len(self._heap) > 4 * len(self.residents) + 64:
+            self._compact()
 
     def touch(self, key: int, resident: Resident) -> None:
-        """``put`` for a resident already here (same size, same tenant): the hit path."""
+        """A hit: the resident changes; its heap entry is brought up to date when it is read."""
         self.residents[key] = resident
-        if self.retention is not None:
-            self._counter += 1
-            self._seq[key] = self._counter
-            heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
-            if len(self._heap) > 4 * len(self.residents) + 64:
-                self._compact()
 
     def pop(self, key: int) -> Resident:
         resident = self.residents.pop(key)
         self.census.remove(resident)
         self.bytes -= resident.size_bytes
         self._seq.pop(key, None)
+        self._pushed.pop(key, None)
         return resident
 
     def _compact(self) -> None:
@@ -223,11 +231,16 @@ class _Ordered:
         self.read: list[tuple[float, int, int]] = []
 
     def __iter__(self) -> Iterator[Resident]:
-        heap, seq, residents = self.tier._heap, self.tier._seq, self.tier.residents
+        tier = self.tier
+        heap, seq, residents, pushed = tier._heap, tier._seq, tier.residents, tier._pushed
         while heap:
             entry = heapq.heappop(heap)
             if seq.get(entry[2]) != entry[1]:
                 continue  # stale: re-pushed since, or gone
+            current = residents[entry[2]]
+            if pushed[entry[2]] is not current:  # accessed since: its key has only grown
+                tier.push(entry[2], current)
+                continue
             self.read.append(entry)
             if not self.skip(entry[2]):
                 yield residents[entry[2]]
