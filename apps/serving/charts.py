@@ -179,10 +179,17 @@ def fairness(rows: list[dict]) -> dict[str, Figure]:
     }
 
 
+def replay_runs(report: dict) -> list[dict]:
+    """A replay's per-policy figures, the default first (PostgreSQL's jsonb keeps no key
+    order)."""
+    order = {name: n for n, name in enumerate(report.get("policy_order", []))}
+    return sorted(report["policies"].values(), key=lambda r: order.get(r["policy"], len(order)))
+
+
 def replay(report: dict) -> dict[str, Figure]:
     """The replay page's charts: tiers per policy against the offline optimum, reload time,
     TTFT percentiles and, when swept, hit rate against L2 capacity."""
-    runs = list(report["policies"].values())
+    runs = replay_runs(report)
     names = [r["policy"] for r in runs]
     best = report["optimum"]
 

@@ -162,7 +162,7 @@ def _run_or_404(run_id: int) -> ReplayRun:
 def replay_run(request: HttpRequest, run_id: int) -> HttpResponse:
     row = _run_or_404(run_id)
     report = row.report or {}
-    rows = list(report.get("policies", {}).values())
+    rows = charts.replay_runs(report) if report else []
     return render(
         request,
         "serving/replay_run.html",

@@ -62,6 +62,8 @@ def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker
     page = otto.get(f"/operator/replay/{run_id}/").content.decode()
     for name in ("weighted", "lru", "lfu", "Belady MIN"):
         assert name in page
+    rows = [page.index(f'data-policy="{p}"') for p in ("weighted", "lru", "lfu")]
+    assert rows == sorted(rows)  # as asked, the default first (jsonb keeps no key order)
     data = otto.get(f"/operator/replay/{run_id}/data").json()
     assert data["state"] == "done"
     assert set(data["figures"]) == {

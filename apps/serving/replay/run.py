@@ -202,6 +202,7 @@ def execute(
         "costs": dataclasses.asdict(costs),
         "optimum": best,
         "policies": runs,
+        "policy_order": list(runs),  # (a jsonb column does not keep the keys' order)
         "default": make_policy("weighted").name,
         "sweeps": {},
     }
