@@ -163,6 +163,7 @@ def replay_run(request: HttpRequest, run_id: int) -> HttpResponse:
     row = _run_or_404(run_id)
     report = row.report or {}
     rows = charts.replay_runs(report) if report else []
+    tenants = _tenant_rows(report, rows) if rows else []
     return render(
         request,
         "serving/replay_run.html",
@@ -170,10 +171,27 @@ def replay_run(request: HttpRequest, run_id: int) -> HttpResponse:
             "run": row,
             "report": report,
             "rows": rows,
+            "tenants": tenants,
             "best": report.get("optimum", {}),
             "section": "replay",
         },
     )
+
+
+def _tenant_rows(report: dict, runs: list[dict], limit: int = 15) -> list[dict]:
+    """The busiest tenants' hit rate and p95 TTFT under each policy (for fairness)."""
+    first = runs[0]["tenants"]
+    busiest = sorted(first, key=lambda t: -first[t]["requests"])[:limit]
+    names, priorities = report.get("tenant_names", {}), report.get("tenant_priorities", {})
+    return [
+        {
+            "name": names.get(tenant, f"t{tenant}"),
+            "priority": priorities.get(tenant, ""),
+            "requests": first[tenant]["requests"],
+            "cells": [run["tenants"].get(tenant, {}) for run in runs],
+        }
+        for tenant in busiest
+    ]
 
 
 @require(operators, "operators")

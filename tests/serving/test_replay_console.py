@@ -62,6 +62,7 @@ def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker
     page = otto.get(f"/operator/replay/{run_id}/").content.decode()
     for name in ("weighted", "lru", "lfu", "Belady MIN"):
         assert name in page
+    assert 'id="replay-tenants"' in page  # per-tenant hit rate and TTFT under each policy
     rows = [page.index(f'data-policy="{p}"') for p in ("weighted", "lru", "lfu")]
     assert rows == sorted(rows)  # as asked, the default first (jsonb keeps no key order)
     data = otto.get(f"/operator/replay/{run_id}/data").json()

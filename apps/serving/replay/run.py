@@ -203,6 +203,8 @@ def execute(
         "optimum": best,
         "policies": runs,
         "policy_order": list(runs),  # (a jsonb column does not keep the keys' order)
+        "tenant_names": {str(t): name for t, name in trace.tenant_names.items()},
+        "tenant_priorities": {str(t): p for t, p in trace.priorities.items()},
         "default": make_policy("weighted").name,
         "sweeps": {},
     }
