@@ -244,7 +244,11 @@ def replay(report: dict) -> dict[str, Figure]:
     }
     sweep = report.get("sweeps", {}).get("l2")
     if sweep:
-        lines = [_line(sweep["values"], rates, name) for name, rates in sweep["policies"].items()]
+        lines = [  # in the order run (jsonb keeps no key order)
+            _line(sweep["values"], sweep["policies"][r["policy"]], r["policy"])
+            for r in runs
+            if r["policy"] in sweep["policies"]
+        ]
         if "optimum" in sweep:
             lines.append(_line(sweep["values"], sweep["optimum"], "offline", line={"dash": "dash"}))
         figures["chart-replay-sweep"] = {
