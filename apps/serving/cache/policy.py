@@ -393,7 +393,8 @@ def select_victims(
     census = census or Census.of(residents)
     free = capacity - census.total
     needed = max(0, slots_needed - max(free, 0))
-    counts = dict(census.counts)
+    counts = census.counts  # read only; victims taken so far are counted in ``taken``
+    taken: dict[int, int] = {}
     quota = (quotas or {}).get(requester) if requester is not None else None
     # A tenant at its quota makes room from its own residents, even when the cache has room.
     over_quota = (
@@ -416,8 +417,10 @@ def select_victims(
     for r in ordered:
         if len(victims) == needed:
             break
-        if r.tenant_id != requester and counts[r.tenant_id] <= census.share(r.tenant_id, capacity):
+        tenant = r.tenant_id
+        left = counts[tenant] - taken.get(tenant, 0)
+        if tenant != requester and left <= census.share(tenant, capacity):
             continue
         victims.append(r)
-        counts[r.tenant_id] -= 1
+        taken[tenant] = taken.get(tenant, 0) + 1
     return victims

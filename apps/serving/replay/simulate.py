@@ -165,9 +165,12 @@ class _Tier:
     half-life), so a stale key is never above the true one.
     """
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, *, evicts: bool = True) -> None:
         self.policy = policy
-        self.retention: Callable[[Resident], float] | None = getattr(policy, "retention", None)
+        # (a tier that never evicts, such as an unbounded disk, keeps no heap)
+        self.retention: Callable[[Resident], float] | None = (
+            getattr(policy, "retention", None) if evicts else None
+        )
         self.residents: dict[int, Resident] = {}
         self.census = Census()
         self.bytes = 0
@@ -269,7 +272,7 @@ def replay(
     costs = costs or Costs()
     half_life = policy.half_life_s
     result = Result(policy=policy.name, trace=trace.name, capacity=capacity)
-    engine, disk = _Tier(policy), _Tier(policy)
+    engine, disk = _Tier(policy), _Tier(policy, evicts=capacity.l3_bytes is not None)
     l1: list[int] = []  # device slots, most recent first
     recency: OrderedDict[int, None] = OrderedDict()  # engine residents, least recent first
     ready: dict[int, float] = {}  # when each version's last load finishes
@@ -356,13 +359,11 @@ def replay(
                 result.queue_full += 1
                 t0 = heapq.heappop(pending)
             if tier == "L4":
-                slot = min(range(len(fetchers)), key=fetchers.__getitem__)
-                fetched = max(t0, fetchers[slot]) + costs.land_ms(size) / 1000
-                fetchers[slot] = fetched
+                fetched = max(t0, fetchers[0]) + costs.land_ms(size) / 1000
+                heapq.heapreplace(fetchers, fetched)  # the download slot free first
                 t0 = fetched
-            slot = min(range(len(loaders)), key=loaders.__getitem__)
-            done = max(t0, loaders[slot]) + (costs.l3_ms + costs.l3_ms_per_mb * size / MB) / 1000
-            loaders[slot] = done
+            done = max(t0, loaders[0]) + (costs.l3_ms + costs.l3_ms_per_mb * size / MB) / 1000
+            heapq.heapreplace(loaders, done)  # the engine-add slot free first
             heapq.heappush(pending, done)
             ready[key], source[key] = done, tier
             wait = (done - now) * 1000
