@@ -412,6 +412,13 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A fast password hasher for the test personas: Django's PBKDF2 (1,000,000 iterations)
+    costs ~0.4 s per hash here, and the suite creates and signs in ~190 of them. Production
+    settings keep PBKDF2; nothing in the tests is about the hash itself."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests last (after pytest-django's own ordering): they start the serving node,
     which then reacts to every later test's alias moves and statistics, as it does for the
