@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -388,17 +389,19 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
         "b0",
     ]
     evicted_before = cache.metric("adapter_eviction_count_total", tier="L2")
+    started = datetime.now(UTC)  # (a late row of an earlier test's requests is older)
     node_tiers = []
     for model in sequence:
         key = cache.keys["b" if model == "b0" else "a"]
         node_tiers.append(tier_of(ask(key, cache.url, model)))
     assert {"L1", "L2", "L3", "L4"} <= set(node_tiers), node_tiers  # every tier took part
+    ours = RequestLog.objects.filter(at__gte=started, tier__in=("L1", "L2", "L3", "L4"))
     deadline = time.monotonic() + 20
-    while RequestLog.objects.filter(tier__in=("L1", "L2", "L3", "L4")).count() < len(sequence):
+    while ours.count() < len(sequence):
         assert time.monotonic() < deadline, "the node's request log never caught up"
         time.sleep(0.2)
 
-    trace = trace_from_log(since_hours=1)
+    trace = trace_from_log(since_hours=(datetime.now(UTC) - started).total_seconds() / 3600)
     assert trace.tiers == node_tiers  # the log holds what the headers said
     free = Costs(l3_ms=0, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)  # tiers only, not timing
     limits = cache.state()["limits"]  # what the node runs with (slot counts: its engine's)
