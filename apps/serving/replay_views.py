@@ -82,6 +82,27 @@ class ReplayForm(forms.Form):
         assert isinstance(source, forms.ChoiceField)
         source.choices = source_choices()
 
+    FIELDSETS = (
+        (
+            "Traffic",
+            (
+                "source",
+                "since_hours",
+                "alpha",
+                "drift",
+                "adapters",
+                "tenants",
+                "sizes",
+                "seed",
+                "requests",
+            ),
+        ),
+        ("Tiers and policies", ("l1", "l2", "l2_gb", "l3_gb", "sweep", "policies")),
+    )
+
+    def fieldsets(self) -> list[tuple[str, list]]:
+        return [(legend, [self[name] for name in names]) for legend, names in self.FIELDSETS]
+
     def clean(self):
         data = super().clean()
         if data.get("l1") and data.get("l2") and data["l1"] > data["l2"]:

@@ -28,6 +28,7 @@ way the policy object and ``select_victims`` are the node's.
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -432,7 +433,7 @@ def replay(
                 _restore(ordered)
                 if not victims and len(residents) >= capacity_now:
                     fallback = engine.ordered(now, loading)
-                    victims = list(_first(fallback))
+                    victims = list(itertools.islice(fallback, 1))
                     _restore(fallback)
                 if not victims:
                     break
@@ -483,9 +484,3 @@ def replay(
     result.tenant_of_request = np.array([adapters[k].tenant for k in trace.keys], dtype=np.int64)
     result.tier_log = tier_log
     return result
-
-
-def _first(ordered) -> Iterator[Resident]:
-    for resident in ordered:
-        yield resident
-        return

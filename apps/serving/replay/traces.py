@@ -162,6 +162,23 @@ def _trace(name, description, world, adapters, priorities, at, keys) -> Trace:
     )
 
 
+def _synthetic(
+    world: World,
+    requests: int,
+    rate: float,
+    alpha: float,
+    drift: float = 0.0,
+    drift_every_s: float = 600.0,
+):
+    """The generator, the world, Poisson arrivals and Zipf draws every synthetic trace starts
+    from (always drawn in this order, so a seed gives the same trace)."""
+    rng = np.random.default_rng(world.seed)
+    adapters, priorities = world.build(rng)
+    at = poisson_arrivals(rng, requests, rate)
+    keys = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
+    return rng, adapters, priorities, at, keys
+
+
 def zipf(
     alpha: float = 1.0,
     *,
@@ -173,10 +190,9 @@ def zipf(
     name: str | None = None,
 ) -> Trace:
     """Independent Zipf requests (``drift`` > 0: a shifting hot set)."""
-    rng = np.random.default_rng(world.seed)
-    adapters, priorities = world.build(rng)
-    at = poisson_arrivals(rng, requests, rate)
-    keys = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
+    _, adapters, priorities, at, keys = _synthetic(
+        world, requests, rate, alpha, drift, drift_every_s
+    )
     what = f"Zipf {alpha:g}, Poisson {rate:.2f}/s, {requests} requests"
     if drift:
         what += f", {drift:.0%} of ranks shuffled every {drift_every_s / 60:g} min"
@@ -197,10 +213,7 @@ def bursty(
 ) -> Trace:
     """Zipf background, plus ``bursting`` adapters that each alternate ``on_s`` of heavy use
     (together ``burst_share`` of the traffic while on) with ``off_s`` of silence."""
-    rng = np.random.default_rng(world.seed)
-    adapters, priorities = world.build(rng)
-    at = poisson_arrivals(rng, requests, rate)
-    keys = _popularity_draws(rng, at, world.adapters, alpha, 0.0, 1.0)
+    rng, adapters, priorities, at, keys = _synthetic(world, requests, rate, alpha)
     bursters = rng.choice(world.adapters, bursting, replace=False)
     phase = rng.uniform(0, on_s + off_s, bursting)
     for i, t in enumerate(at):
@@ -224,10 +237,7 @@ def scan(
 ) -> Trace:
     """Zipf traffic where ``scan_share`` of the requests each name a new adapter used once
     (an evaluation sweep, a crawler): what a recency-only policy lets flush its cache."""
-    rng = np.random.default_rng(world.seed)
-    adapters, priorities = world.build(rng)
-    at = poisson_arrivals(rng, requests, rate)
-    keys = _popularity_draws(rng, at, world.adapters, alpha, 0.0, 1.0)
+    rng, adapters, priorities, at, keys = _synthetic(world, requests, rate, alpha)
     one_off = rng.random(requests) < scan_share
     size = RANK_MB[16] * MB
     next_key = world.adapters

@@ -182,6 +182,12 @@ class Command(BaseCommand):
                     if name != "ttl_s"
                     else (options[option] * scale or None)
                 )
+        for option in ("l1", "l2", "max_pending", "max_loads", "max_fetches"):
+            if options[option] is not None and options[option] < 1:
+                raise CommandError(f"--{option.replace('_', '-')} must be at least 1")
+        for option in ("l2_gb", "l3_gb", "ttl_minutes"):
+            if options[option] is not None and options[option] < 0:
+                raise CommandError(f"--{option.replace('_', '-')} cannot be negative (0: no limit)")
         capacity = dataclasses.replace(run.capacity_from_config(), **changes)
         if capacity.l1_slots > capacity.l2_slots:
             raise CommandError(
