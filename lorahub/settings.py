@@ -327,11 +327,19 @@ LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
 LORAHUB_NODE_CACHE_DIR = env_path("LORAHUB_NODE_CACHE_DIR", VAR_DIR / "node-cache")
 # The node's internal control API (/internal/*): off unless a token is set.
 LORAHUB_INTERNAL_TOKEN = env_str("LORAHUB_INTERNAL_TOKEN")
-# The serving nodes the console shows and steers ("name=http://host:port", comma-separated),
-# reached server-side with the internal token; default: this machine's node.
-LORAHUB_NODES = env_list(
-    "LORAHUB_NODES", [f"{LORAHUB_NODE_NAME}=http://{LORAHUB_NODE_HOST}:{LORAHUB_NODE_PORT}"]
-)
+# Where the control plane reaches this node (its row in the node registry); default: the
+# address it listens on. Set it when the node listens on 0.0.0.0 or behind NAT.
+LORAHUB_NODE_URL = env_str("LORAHUB_NODE_URL")
+# The node registry: each node heartbeats every LORAHUB_NODE_HEARTBEAT_S; one silent for
+# LORAHUB_NODE_LOST_AFTER_S is shown as lost.
+LORAHUB_NODE_HEARTBEAT_S = env_int("LORAHUB_NODE_HEARTBEAT_S", 2, minimum=1)
+LORAHUB_NODE_LOST_AFTER_S = env_int("LORAHUB_NODE_LOST_AFTER_S", 10, minimum=2)
+# Nodes the console shows and steers besides the registered ones ("name=http://host:port",
+# comma-separated), reached server-side with the internal token. Registered nodes need no entry.
+LORAHUB_NODES = env_list("LORAHUB_NODES", [])
+# HAProxy's internal listener (``manage.py haproxy_config``): alias-level warm/evict go through
+# it, so they reach the node(s) that HAProxy routes the alias to. Unset: they go to every node.
+LORAHUB_ROUTER_INTERNAL_URL = env_str("LORAHUB_ROUTER_INTERNAL_URL").rstrip("/")
 for _entry in LORAHUB_NODES:
     _name, _, _url = _entry.partition("=")
     if not _name or not _url.startswith(("http://", "https://")):

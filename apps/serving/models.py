@@ -174,3 +174,28 @@ class ReplayRun(models.Model):
 
     def __str__(self) -> str:
         return f"replay {self.pk} ({self.state})"
+
+
+class ServingNode(models.Model):
+    """A serving node as it registered itself: where the control plane reaches it, what it
+    serves, and when it last said it was alive. Written by the node (start, heartbeat, stop);
+    read by the console, the REST API and ``manage.py haproxy_config``. Nothing here is
+    authoritative for routing: HAProxy's health checks decide which node takes traffic."""
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.CharField(max_length=200)  # the node's own HTTP address (API and /internal/)
+    base_model = models.CharField(max_length=200, blank=True)
+    base_model_revision = models.CharField(max_length=100, blank=True)
+    max_loras = models.PositiveIntegerField(default=0)
+    max_cpu_loras = models.PositiveIntegerField(default=0)
+    max_lora_rank = models.PositiveIntegerField(default=0)
+    engine = models.CharField(max_length=16, blank=True)  # starting, ready, restarting, dead
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.url})"

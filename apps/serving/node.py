@@ -12,17 +12,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 
 from django.conf import settings
+from django.utils import timezone
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
+from apps.serving import fleet
 from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
@@ -93,6 +97,8 @@ class Node:
         self.waiting = 0
         self._tasks: list[asyncio.Task] = []
         self._verified: dict[tuple[int, str], bool] = {}
+        self.name = settings.LORAHUB_NODE_NAME
+        self.started_at = timezone.now()
 
     def _integrity_failure(self, resolved, tier: str, reason: str) -> None:
         """Count it; a failure at the registry (L4) also goes to the audit log (blocking)."""
@@ -158,12 +164,48 @@ class Node:
                 self._verified[key] = False
         return self._verified[key]
 
+    # --- the node registry ---------------------------------------------------------------
+
+    def identity(self) -> fleet.Identity:
+        info = self.engine.info()
+        host = settings.LORAHUB_NODE_HOST
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104 (a wildcard is not an address to call)
+            host = socket.gethostname()
+        return fleet.Identity(
+            name=self.name,
+            url=settings.LORAHUB_NODE_URL or f"http://{host}:{settings.LORAHUB_NODE_PORT}",
+            base_model=info.served_model_name or "",
+            base_model_revision=info.base_model_revision or "",
+            max_loras=info.max_loras or 0,
+            max_cpu_loras=info.max_cpu_loras or 0,
+            max_lora_rank=info.max_lora_rank or 0,
+        )
+
+    def engine_state(self) -> str:
+        return "ready" if self.engine.is_ready else self.engine.info().state
+
+    async def _heartbeat(self) -> None:
+        """Register, then say every few seconds that this node is alive and what it serves.
+        A database that does not answer is logged and retried: serving never waits on it."""
+        while True:
+            try:
+                await asyncio.to_thread(
+                    fleet.heartbeat,
+                    self.identity(),
+                    engine=self.engine_state(),
+                    started_at=self.started_at,
+                )
+            except Exception:
+                logger.warning("could not write this node's heartbeat; retrying", exc_info=True)
+            await asyncio.sleep(settings.LORAHUB_NODE_HEARTBEAT_S)
+
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.stats.start()
         await self.reload_config()
         self._tasks = [
+            asyncio.create_task(self._heartbeat(), name="heartbeat"),
             asyncio.create_task(self._start_engine(), name="engine-start"),
             asyncio.create_task(self._watch_engine(), name="engine-watchdog"),
             asyncio.create_task(self._refresh_periodically(), name="full-refresh"),
@@ -177,6 +219,10 @@ class Node:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await asyncio.to_thread(fleet.deregister, self.name, started_at=self.started_at)
+        except Exception:
+            logger.warning("could not mark this node stopped in the registry", exc_info=True)
         # On the loop's thread, so vLLM cancels its output handler before the core exits.
         self.engine.shutdown()
         download.stop()
@@ -376,7 +422,7 @@ class Node:
         body = {
             "status": "ok" if ready else info.state,
             "engine": "ready" if ready else info.state,
-            "node": settings.LORAHUB_NODE_NAME,
+            "node": self.name,
             "base_model": info.served_model_name,
             "base_model_revision": info.base_model_revision,
             "lora": {
@@ -411,6 +457,27 @@ class Node:
         )
 
 
+class NodeHeader:
+    """Adds ``X-Lorahub-Node: <name>`` to every HTTP response, so a caller behind HAProxy (and
+    a test) can tell which node answered. Plain ASGI: it never buffers a streamed body."""
+
+    def __init__(self, app, name: str) -> None:
+        self.app = app
+        self.header = (b"x-lorahub-node", name.encode())
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
     node = Node(engine_settings)
     inference = node.inference
@@ -437,6 +504,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/prewarm", internal.prewarm, methods=["POST"]),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(NodeHeader, name=node.name)],
     )
     app.state.node = node
     return app

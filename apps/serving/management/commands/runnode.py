@@ -16,6 +16,8 @@ class Command(BaseCommand):
 
         from apps.serving.node import build_app
 
+        # The node registers the address it listens on (unless LORAHUB_NODE_URL says otherwise).
+        settings.LORAHUB_NODE_HOST, settings.LORAHUB_NODE_PORT = host, port
         # One worker: the engine lives in this process. uvicorn drains in-flight requests on
         # SIGTERM before the lifespan shuts the engine down.
         uvicorn.run(
