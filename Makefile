@@ -5,13 +5,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# `make run NODES=3`: three serving nodes behind HAProxy (adapter-affinity routing)
+NODES ?= 1
 
 # The test suite's real services: PostgreSQL, Redis (db 15, flushed by the tests) and, started by
 # a fixture, moto's S3 server and a Celery worker.
 TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/lorahub \
 	CELERY_BROKER_URL=redis://127.0.0.1:6379/15
 
-.PHONY: run test install services lint demo
+.PHONY: run test install services lint demo haproxy
 
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -19,7 +21,8 @@ run: $(STAMP)
 	$(PY) manage.py build_demo_assets
 	$(PY) manage.py init_signing_key
 	$(PY) manage.py seed_demo
-	$(PY) manage.py up
+	@if [ "$(NODES)" -gt 1 ]; then $(MAKE) --no-print-directory haproxy; fi
+	$(PY) manage.py up --nodes $(NODES)
 
 test: $(STAMP) services
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
@@ -70,7 +73,14 @@ services:
 	@# the browser tests drive Debian's chromium (Playwright's own browser download cannot work here)
 	@command -v chromium >/dev/null || { echo "installing chromium"; apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@$(MAKE) --no-print-directory haproxy
 	@for i in $$(seq 1 30); do \
 		timeout 1 bash -c '</dev/tcp/127.0.0.1/5432' 2>/dev/null && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null && exit 0; \
 		sleep 1; \
 	done; echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) did not come up" >&2; exit 1
+
+# The fleet's router (`make run NODES=3`, and the fleet tests): Debian's HAProxy.
+haproxy:
+	@command -v haproxy >/dev/null || command -v /usr/sbin/haproxy >/dev/null || { \
+		echo "installing haproxy"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }

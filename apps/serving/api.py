@@ -1,15 +1,19 @@
-"""Operator endpoints of the serving side: the adapter-cache configuration."""
+"""Operator endpoints of the serving side: the adapter-cache configuration and the fleet."""
 
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from django.http import HttpRequest
-from ninja import Router
+from ninja import Router, Schema
 
-from apps.serving import config
+from apps.registry.models import Alias
+from apps.serving import config, fleet, nodes
+from apps.tenants import services as tenant_services
 from apps.tenants.auth import API_AUTH, Principal
-from apps.tenants.errors import Invalid
+from apps.tenants.errors import Invalid, NotFound
+from apps.tenants.models import Tenant
 
 router = Router(tags=["cache"], auth=API_AUTH)
 
@@ -40,3 +44,58 @@ def put_cache_config(request: HttpRequest):
         ) from None
     stored, needs_restart = config.set_config(data=data, actor=principal.user)
     return {"config": stored.model_dump(mode="json"), "needs_restart": needs_restart}
+
+
+# --- the fleet ---------------------------------------------------------------------------------
+
+
+@router.get("/nodes", response=list[dict], tags=["nodes"])
+def list_nodes(request: HttpRequest):
+    """Every registered serving node: address, base model and revision, LoRA limits, state
+    (ready, starting, restarting, dead, lost: no heartbeat lately, stopped), last heartbeat."""
+    _operator(request)
+    return fleet.listing()
+
+
+@router.get("/nodes/{name}/cache", response=dict, tags=["nodes"])
+def node_cache(request: HttpRequest, name: str):
+    """One node's cache, read from the node: policy, limits, residents per tier."""
+    _operator(request)
+    return nodes.cache_state(nodes.node_named(name))
+
+
+class AliasActionIn(Schema):
+    tenant: str
+    alias: str
+    tier: Literal["L1", "L2", "L3"] = "L3"
+
+
+def _alias_action(request: HttpRequest, body: AliasActionIn, verb: str) -> dict:
+    principal = _operator(request)
+    tenant = Tenant.objects.filter(slug=body.tenant).first()
+    alias = Alias.objects.filter(tenant=tenant, name=body.alias).first() if tenant else None
+    if tenant is None or alias is None:
+        raise NotFound(f"tenant '{body.tenant}' has no alias '{body.alias}'")
+    results = nodes.alias_action(tenant=tenant, alias=body.alias, verb=verb, tier=body.tier)
+    tenant_services.record_event(
+        action=f"alias.{verb}",
+        obj=alias,
+        actor=principal.user,
+        tenant=tenant,
+        after={"tier": body.tier, "nodes": sorted({r["node"] for r in results})},
+    )
+    return {"alias": body.alias, "tier": body.tier, "results": results}
+
+
+@router.post("/nodes/warm", response=dict, tags=["nodes"])
+def warm_alias(request: HttpRequest, body: AliasActionIn):
+    """Warm an alias's versions (stable and canary) into a tier on the node(s) HAProxy routes
+    the alias to (every node when no router is configured). L3 is a prewarm: the download and
+    verification, without taking an engine slot."""
+    return _alias_action(request, body, "warm")
+
+
+@router.post("/nodes/evict", response=dict, tags=["nodes"])
+def evict_alias(request: HttpRequest, body: AliasActionIn):
+    """Evict an alias's versions from a tier (and those below it) on the node(s) that own it."""
+    return _alias_action(request, body, "evict")

@@ -1,7 +1,13 @@
 """The console's client of the serving nodes' internal API (``/internal/*``).
 
 Called server-side only, with the internal token, which never reaches a browser. Nodes are
-the ``LORAHUB_NODES`` list. A node that does not answer is reported, never fatal to a page.
+the registered ones (``fleet``) plus any listed in ``LORAHUB_NODES``. A node that does not
+answer is reported, never fatal to a page.
+
+Alias-level warm and evict (``alias_action``) go to the node(s) that own the alias under
+HAProxy's consistent hash: through HAProxy's internal listener (``LORAHUB_ROUTER_INTERNAL_URL``)
+with the same routing key a request carries, so HAProxy itself picks the node and no second
+copy of its hash ring exists here. Without a router they go to every node.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
+from apps.serving import fleet
 from apps.tenants.errors import Conflict, DomainError, NotFound
 
 logger = logging.getLogger(__name__)
@@ -28,13 +35,22 @@ class NodeUnavailable(DomainError):
 class Node:
     name: str
     url: str
+    state: str = ""  # from the registry; "" for a node only listed in LORAHUB_NODES
+    registered: dict | None = None
 
 
 def configured_nodes() -> list[Node]:
-    nodes = []
+    """Registered nodes that have not stopped cleanly, then listed ones not registered."""
+    nodes = [
+        Node(name=row["name"], url=row["url"].rstrip("/"), state=row["state"], registered=row)
+        for row in fleet.listing()
+        if row["state"] != "stopped"
+    ]
+    known = {node.name for node in nodes}
     for entry in settings.LORAHUB_NODES:
         name, _, url = entry.partition("=")
-        nodes.append(Node(name=name.strip(), url=url.strip().rstrip("/")))
+        if name.strip() not in known:
+            nodes.append(Node(name=name.strip(), url=url.strip().rstrip("/")))
     return nodes
 
 
@@ -45,18 +61,21 @@ def node_named(name: str) -> Node:
     raise NotFound(f"no serving node named '{name}'")
 
 
-def _call(node: Node, method: str, path: str, body: dict | None = None) -> dict:
+def _call(node: Node, method: str, path: str, body: dict | None = None, *, route: str = "") -> dict:
     token = settings.LORAHUB_INTERNAL_TOKEN
     if not token:
         raise NodeUnavailable(
             "the console has no internal token: set LORAHUB_INTERNAL_TOKEN to the nodes' token"
         )
+    headers = {"Authorization": f"Bearer {token}"}
+    if route:
+        headers["X-Lorahub-Route"] = route
     try:
         response = httpx.request(
             method,
             f"{node.url}{path}",
             json=body,
-            headers={"Authorization": f"Bearer {token}"},
+            headers=headers,
             timeout=TIMEOUT_S if method == "GET" else 60.0,
         )
     except httpx.HTTPError as exc:
@@ -75,7 +94,8 @@ def _call(node: Node, method: str, path: str, body: dict | None = None) -> dict:
         if response.status_code == 404:
             raise NotFound(f"node '{node.name}': {message}")
         raise NodeUnavailable(f"node '{node.name}' refused: {message}")
-    return data
+    answered_by = response.headers.get("x-lorahub-node")
+    return {**data, "node": answered_by} if answered_by else data
 
 
 def cache_state(node: Node) -> dict:
@@ -89,3 +109,56 @@ def warm(node: Node, *, version_id: int, tier: str) -> dict:
 
 def evict(node: Node, *, version_id: int, tier: str) -> dict:
     return _call(node, "POST", "/internal/evict", {"version_id": version_id, "tier": tier})
+
+
+def route_key(api_key_prefix: str, model: str) -> str:
+    """The routing key HAProxy hashes for a request (see ``haproxy.py``): the API key's prefix
+    and the requested model, so one tenant's alias stays on the node(s) that hold it."""
+    return f"{api_key_prefix}/{model}"
+
+
+def alias_action(*, tenant, alias: str, verb: str, tier: str) -> list[dict]:
+    """Warm or evict an alias's versions (stable and canary) on the node(s) that own it.
+
+    With a router, one call per active API key of the tenant goes through HAProxy with that
+    key's routing key, so each lands where that key's requests for the alias land; a tenant
+    with one key reaches one node (two when a bounded load spilled it). Returns one entry per
+    call: the node that answered and its answer, or the error.
+    """
+    from apps.registry.aliases import load_alias_snapshot
+    from apps.tenants.models import ApiKey
+
+    if verb not in ("warm", "evict") or tier not in TIERS:
+        raise NotFound(f"no alias action {verb} to {tier}")
+    snapshot = load_alias_snapshot(tenant_id=tenant.id, name=alias)
+    if snapshot is None:
+        raise NotFound(f"tenant '{tenant.slug}' has no alias '{alias}'")
+    versions = [snapshot.stable] + ([snapshot.canary] if snapshot.canary else [])
+    if settings.LORAHUB_ROUTER_INTERNAL_URL:
+        prefixes = list(
+            ApiKey.objects.active().filter(tenant=tenant).values_list("prefix", flat=True)
+        )
+        if not prefixes:
+            raise Conflict(
+                f"tenant '{tenant.slug}' has no active API key, so no request can reach "
+                f"'{alias}' and no node owns it; create a key first"
+            )
+        router = Node(name="router", url=settings.LORAHUB_ROUTER_INTERNAL_URL)
+        targets = [(router, route_key(prefix, alias)) for prefix in sorted(prefixes)]
+    else:
+        targets = [(node, "") for node in configured_nodes()]
+    results = []
+    for node, route in targets:
+        for version in versions:
+            try:
+                answer = _call(
+                    node,
+                    "POST",
+                    f"/internal/{verb}",
+                    {"version_id": version.version_id, "tier": tier},
+                    route=route,
+                )
+                results.append({"node": answer.pop("node", node.name), "result": answer})
+            except DomainError as exc:
+                results.append({"node": node.name, "error": exc.message})
+    return results

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,24 +11,51 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.serving import haproxy
+
 
 class Command(BaseCommand):
     help = (
         "Run the whole product on this machine: the web console, a Celery worker and the "
-        "serving node. Ctrl-C stops all three."
+        "serving node. With --nodes N: N serving nodes behind HAProxy (adapter-affinity "
+        "routing), as a fleet runs in production. Ctrl-C stops everything."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--console-port", type=int, default=8000)
         parser.add_argument("--node-port", type=int, default=settings.LORAHUB_NODE_PORT)
+        parser.add_argument("--nodes", type=int, default=1, help="serving nodes to run")
+        parser.add_argument("--router-port", type=int, default=8080, help="HAProxy's port")
+        parser.add_argument(
+            "--router-internal-port", type=int, default=8091, help="HAProxy's internal port"
+        )
 
-    def handle(self, *args, console_port: int, node_port: int, **options) -> None:
+    def handle(
+        self,
+        *args,
+        console_port: int,
+        node_port: int,
+        nodes: int,
+        router_port: int,
+        router_internal_port: int,
+        **options,
+    ) -> None:
+        if nodes < 1:
+            raise CommandError("--nodes must be at least 1")
+        haproxy_bin = shutil.which("haproxy")
+        if nodes > 1 and haproxy_bin is None:
+            raise CommandError(
+                "--nodes > 1 runs the nodes behind HAProxy, which is not installed: "
+                "apt-get install haproxy (or `make run NODES=3`, which installs it)"
+            )
         python = sys.executable
         manage = str(settings.BASE_DIR / "manage.py")
         env = {**os.environ, "LORAHUB_NODE_PORT": str(node_port)}
         # The console reads the node's cache and warms/evicts through the node's internal API;
         # without a token of the operator's, one is made for this run and shared by both.
         env.setdefault("LORAHUB_INTERNAL_TOKEN", secrets.token_urlsafe(32))
+        if nodes > 1:
+            env["LORAHUB_ROUTER_INTERNAL_URL"] = f"http://127.0.0.1:{router_internal_port}"
         commands = {
             "console": [
                 python,
@@ -51,8 +79,34 @@ class Command(BaseCommand):
                 "--concurrency",
                 "2",
             ],
-            "node": [python, manage, "runnode", "--port", str(node_port)],
         }
+        node_envs: dict[str, dict[str, str]] = {}
+        backends = []
+        for i in range(nodes):
+            name = settings.LORAHUB_NODE_NAME if nodes == 1 else f"node-{i + 1}"
+            port = node_port + i
+            commands[name] = [python, manage, "runnode", "--port", str(port)]
+            node_envs[name] = {
+                "LORAHUB_NODE_NAME": name,
+                "LORAHUB_NODE_PORT": str(port),
+                **(
+                    {"LORAHUB_NODE_CACHE_DIR": str(settings.LORAHUB_NODE_CACHE_DIR / name)}
+                    if nodes > 1
+                    else {}
+                ),
+            }
+            backends.append(haproxy.Backend(name, f"http://127.0.0.1:{port}"))
+        if nodes > 1:
+            config = settings.VAR_DIR / "haproxy.cfg"
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(
+                haproxy.render(
+                    backends,
+                    bind=f"127.0.0.1:{router_port}",
+                    internal_bind=f"127.0.0.1:{router_internal_port}",
+                )
+            )
+            commands["haproxy"] = [str(haproxy_bin), "-W", "-db", "-f", str(config)]
         procs: dict[str, subprocess.Popen] = {}
         # Ctrl-C and SIGTERM both stop everything, even when a shell started us with SIGINT
         # ignored (a background job) or a supervisor stops us with SIGTERM.
@@ -63,23 +117,35 @@ class Command(BaseCommand):
                 # Own session: Ctrl-C reaches only this process, which then stops the children
                 # in order (SIGTERM: the node drains requests and shuts the engine down).
                 procs[name] = subprocess.Popen(
-                    cmd, env=env, cwd=settings.BASE_DIR, start_new_session=True
+                    cmd,
+                    env={**env, **node_envs.get(name, {})},
+                    cwd=settings.BASE_DIR,
+                    start_new_session=True,
                 )
-            self.stdout.write(
-                "\nlorahub is starting:\n"
-                f"  console        http://127.0.0.1:{console_port}/\n"
-                f"  REST API docs  http://127.0.0.1:{console_port}/api/docs\n"
-                f"  serving node   http://127.0.0.1:{node_port}/healthz "
-                "(503 until the engine is ready, ~30 s)\n"
-                "Ctrl-C stops everything.\n"
-            )
+            lines = [
+                "",
+                "lorahub is starting:",
+                f"  console        http://127.0.0.1:{console_port}/",
+                f"  REST API docs  http://127.0.0.1:{console_port}/api/docs",
+            ]
+            for backend in backends:
+                lines.append(
+                    f"  serving node   {backend.url}/healthz ({backend.name}; 503 until its "
+                    "engine is ready, ~30 s)"
+                )
+            if nodes > 1:
+                lines.append(
+                    f"  inference      http://127.0.0.1:{router_port}/v1/ (HAProxy, routed by "
+                    "API key and model)"
+                )
+            self.stdout.write("\n".join([*lines, "Ctrl-C stops everything.", ""]))
             while True:
                 for name, proc in procs.items():
                     if proc.poll() is not None:
                         raise CommandError(f"{name} exited with status {proc.returncode}")
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            self.stdout.write("\nstopping console, worker and node...")
+            self.stdout.write("\nstopping console, worker, nodes and router...")
         finally:
             for proc in procs.values():
                 if proc.poll() is None:
