@@ -8,10 +8,12 @@ free ports / a private Redis database and reached the way production reaches the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -364,6 +366,71 @@ def node_work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("node")
 
 
+class NodeProcess:
+    """A real serving node process (``manage.py runnode``: uvicorn + vLLM) on the test
+    database, Redis and the S3 server, with its own folder (cache config, disk cache, log).
+    ``start`` may be called again after ``kill``/``stop``: same name, port and disk cache."""
+
+    def __init__(self, work: Path, s3_server: str, name: str = "test-node", **env: str) -> None:
+        self.work, self.name, self.port = work, name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        (work / "cache.yaml").write_text(NODE_CACHE_CONFIG)
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "LORAHUB_S3_ENDPOINT": s3_server,
+            **S3_ENV,
+            "LORAHUB_CACHE_CONFIG": str(work / "cache.yaml"),
+            "LORAHUB_NODE_CACHE_DIR": str(work / "cache"),
+            "LORAHUB_NODE_MAX_CONCURRENT": "4",
+            "LORAHUB_NODE_MAX_QUEUE": "16",
+            "LORAHUB_NODE_NAME": name,
+            "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
+            **env,
+        }
+
+    @property
+    def log_path(self) -> Path:
+        return self.work / "node.log"
+
+    def start(self) -> NodeProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runnode", "--port", str(self.port)],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, engine core included
+            )
+        return self
+
+    def wait_ready(self, timeout: float = 240) -> NodeProcess:
+        import httpx
+
+        assert self.proc is not None
+        wait_for_port(self.port, self.proc, timeout=60)
+        deadline = time.monotonic() + timeout
+        while httpx.get(f"{self.url}/healthz", timeout=5).status_code != 200:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"node {self.name} did not become ready; see {self.log_path}")
+            time.sleep(0.5)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL to the node and its engine core, as when its machine dies: no draining,
+        no deregistering, no engine shutdown."""
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
 @pytest.fixture(scope="session")
 def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
@@ -371,44 +438,12 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 16 waiting) so
     that tests reach full slots and overload with a handful of requests.
     """
-    import httpx
-
-    work = node_work
-    config = work / "cache.yaml"
-    config.write_text(NODE_CACHE_CONFIG)
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": child_database_url(),
-        "LORAHUB_S3_ENDPOINT": s3_server,
-        **S3_ENV,
-        "LORAHUB_CACHE_CONFIG": str(config),
-        "LORAHUB_NODE_CACHE_DIR": str(work / "cache"),
-        "LORAHUB_NODE_MAX_CONCURRENT": "4",
-        "LORAHUB_NODE_MAX_QUEUE": "16",
-        "LORAHUB_NODE_NAME": "test-node",
-        "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
-    }
-    log = (work / "node.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runnode", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    node = NodeProcess(node_work, s3_server).start()
     try:
-        wait_for_port(port, proc, timeout=60)
-        deadline = time.monotonic() + 180
-        while httpx.get(f"{url}/healthz", timeout=5).status_code != 200:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the node did not become ready; see {work / 'node.log'}")
-            time.sleep(0.5)
-        yield url
+        node.wait_ready()
+        yield node.url
     finally:
-        stop(proc)
-        log.close()
+        node.stop()
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,0 +1,338 @@
+"""Two serving nodes behind a real HAProxy on loopback: registry, affinity, spill, fan-out,
+broadcast, and the node-loss drill. Every part is real: two ``runnode`` processes (each with
+its vLLM engine on the demo model), HAProxy from Debian's package with the configuration
+``manage.py haproxy_config`` renders, PostgreSQL, Redis and the S3 server."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+from django.test import Client
+
+from apps.serving import demo_corpus as corpus
+from apps.serving.models import ServingNode
+from apps.tenants import services as tenant_services
+from apps.tenants.models import ApiKey
+from tests.conftest import NODE_INTERNAL_TOKEN, NodeProcess, free_port, stop, wait_for_port
+from tests.helpers import user_client
+
+pytestmark = pytest.mark.engine
+
+PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
+V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
+CHECK_MS = 500  # HAProxy's health-check interval here: a node is out after 2 failed checks
+
+
+class Router:
+    """HAProxy, run in the foreground from a rendered configuration."""
+
+    def __init__(self, work: Path) -> None:
+        self.config = work / "haproxy.cfg"
+        self.port, self.internal_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.internal_url = f"http://127.0.0.1:{self.internal_port}"
+        self.proc: subprocess.Popen | None = None
+        self.log = work / "haproxy.log"
+
+    def render(self) -> None:
+        call_command(
+            "haproxy_config",
+            output=self.config,
+            bind=f"127.0.0.1:{self.port}",
+            internal_bind=f"127.0.0.1:{self.internal_port}",
+            check_interval_ms=CHECK_MS,
+        )
+        checked = subprocess.run(
+            ["haproxy", "-c", "-f", str(self.config)], capture_output=True, text=True
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                ["haproxy", "-db", "-f", str(self.config)], stdout=log, stderr=subprocess.STDOUT
+            )
+        wait_for_port(self.port, self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+
+
+@pytest.fixture(scope="module")
+def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_factory) -> Iterator:
+    """Two nodes (registered in the registry), then HAProxy rendered from the registry."""
+    if shutil.which("haproxy") is None:
+        pytest.fail("HAProxy is not installed; `make test` installs Debian's haproxy package")
+    nodes = {
+        name: NodeProcess(
+            tmp_path_factory.mktemp(name),
+            s3_server,
+            name=name,
+            LORAHUB_NODE_HEARTBEAT_S="1",
+            LORAHUB_NODE_LOST_AFTER_S="3",
+        )
+        for name in ("fleet-a", "fleet-b")
+    }
+    router = Router(tmp_path_factory.mktemp("router"))
+    try:
+        for node in nodes.values():
+            node.start()
+        for node in nodes.values():
+            node.wait_ready()
+        with django_db_blocker.unblock():
+            registered = wait_until(
+                lambda: set(ServingNode.objects.values_list("name", flat=True)) >= set(nodes),
+                "both nodes registered",
+            )
+            assert registered
+            router.render()
+        router.start()
+        yield {"nodes": nodes, "router": router}
+    finally:
+        router.stop()
+        for node in nodes.values():
+            node.stop()
+
+
+def wait_until(check, what: str, timeout: float = 30.0, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:.0f} s for {what}")
+        time.sleep(every)
+
+
+@pytest.fixture
+def world(fleet, published, tenant_a, operator, settings):
+    """Tenant A's alias `support` → v1, one API key (the upload keys revoked), the console
+    pointed at the router."""
+    settings.LORAHUB_ROUTER_INTERNAL_URL = fleet["router"].internal_url
+    settings.LORAHUB_INTERNAL_TOKEN = NODE_INTERNAL_TOKEN
+    for old in ApiKey.objects.active().filter(tenant=tenant_a):
+        with transaction.atomic():
+            tenant_services.revoke_api_key(key=old, actor=None)
+    _, key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
+    control = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+    point(control, published["v1"])
+    return {**fleet, "key": key, "versions": published, "tenant": tenant_a, "control": control}
+
+
+def point(control: Client, version_id: int) -> None:
+    moved = control.put(
+        "/api/aliases/support", {"version_id": version_id}, content_type="application/json"
+    )
+    assert moved.status_code == 200, moved.content
+
+
+def operator_client() -> Client:
+    return user_client("otto", "otto-pass-123")
+
+
+def complete(url: str, key: str, *, model: str = "support", max_tokens: int = 8) -> httpx.Response:
+    return httpx.post(
+        f"{url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": model, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0},
+        timeout=120,
+    )
+
+
+def stream(url: str, key: str, max_tokens: int, started: threading.Semaphore | None = None):
+    """A streamed completion: the node that answered and whether the stream ended cleanly.
+    ``started`` is released once the first chunk has arrived."""
+    body = {"model": "support", "prompt": PROMPT, "max_tokens": max_tokens, "stream": True}
+    body.update(temperature=1.0, seed=3)  # sampled: long answers, not an early end
+    node = None
+    try:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json=body,
+            timeout=httpx.Timeout(120, read=60),
+        ) as response:
+            node = response.headers.get("x-lorahub-node")
+            chunks = []
+            for chunk in response.iter_text():
+                if started is not None and not chunks:
+                    started.release()
+                chunks.append(chunk)
+            return {"status": response.status_code, "node": node, "done": "[DONE]" in chunks[-1]}
+    except httpx.HTTPError as exc:
+        return {"status": None, "node": node, "done": False, "error": type(exc).__name__}
+
+
+def test_nodes_register_themselves_and_operators_list_them(world, operator):
+    client = operator_client()
+    listed = wait_until(
+        lambda: [n for n in client.get("/api/nodes").json() if n["name"].startswith("fleet-")],
+        "the nodes' heartbeats after the test database was emptied",
+    )
+    assert {n["name"] for n in listed} == {"fleet-a", "fleet-b"}
+    for row in listed:
+        assert row["state"] == "ready"
+        assert row["url"] == world["nodes"][row["name"]].url
+        assert row["base_model"] == "lorahub-demo-tiny"
+        assert row["base_model_revision"] == "r1"
+        assert row["lora"]["max_loras"] == 2
+        assert row["heartbeat_age_s"] < 3
+    cache = client.get("/api/nodes/fleet-a/cache")
+    assert cache.status_code == 200
+    assert cache.json()["limits"]["max_loras"] == 2
+    # tenants do not see the fleet
+    tenant = Client(HTTP_AUTHORIZATION=f"Bearer {world['key']}")
+    assert tenant.get("/api/nodes").status_code == 403
+
+
+def test_requests_for_one_alias_land_on_one_node(world):
+    router, key = world["router"], world["key"]
+    answers = [complete(router.url, key) for _ in range(6)]
+    assert all(r.status_code == 200 for r in answers), [r.text for r in answers]
+    nodes = Counter(r.headers["x-lorahub-node"] for r in answers)
+    assert len(nodes) == 1, nodes
+    # after the first load the owner serves it from its engine
+    assert [r.headers["x-lorahub-cache-tier"] for r in answers[1:]] == ["L1"] * 5
+    assert all(r.json()["choices"][0]["text"].strip().startswith(V1) for r in answers)
+
+
+def test_a_burst_on_one_alias_spreads_to_a_second_node(world):
+    router, key = world["router"], world["key"]
+    owner = complete(router.url, key).headers["x-lorahub-node"]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        streams = list(pool.map(lambda _: stream(router.url, key, 240), range(8)))
+    assert all(s["status"] == 200 and s["done"] for s in streams), streams
+    served = Counter(s["node"] for s in streams)
+    assert set(served) == {"fleet-a", "fleet-b"}, served
+    assert served[owner] > served.most_common()[-1][1]  # the owner still takes the most
+
+
+def test_alias_warm_and_evict_go_to_the_owner_only(world, operator):
+    """One key, so one owner: the call goes through HAProxy's internal listener with the
+    key's routing key, and only the node that key's requests land on is touched."""
+    router, key = world["router"], world["key"]
+    client = operator_client()
+    warmed = client.post(
+        "/api/nodes/warm",
+        {"tenant": world["tenant"].slug, "alias": "support", "tier": "L2"},
+        content_type="application/json",
+    )
+    assert warmed.status_code == 200, warmed.content
+    results = warmed.json()["results"]
+    assert len(results) == 1 and "error" not in results[0], results
+    owner = results[0]["node"]
+    # a request for the alias goes to the same node, and finds the version in its engine
+    answer = complete(router.url, key)
+    assert answer.headers["x-lorahub-node"] == owner
+    assert answer.headers["x-lorahub-cache-tier"] in ("L1", "L2")
+    other = next(n for n in world["nodes"].values() if n.name != owner)
+    other_cache = httpx.get(
+        f"{other.url}/internal/cache",
+        headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
+    ).json()
+    resident = {r["version_id"] for tier in other_cache["tiers"].values() for r in tier}
+    assert world["versions"]["v1"] not in resident  # nothing was sent to the other node
+
+    evicted = client.post(
+        "/api/nodes/evict",
+        {"tenant": world["tenant"].slug, "alias": "support", "tier": "L2"},
+        content_type="application/json",
+    )
+    assert evicted.status_code == 200, evicted.content
+    assert [r["node"] for r in evicted.json()["results"]] == [owner]
+
+
+def test_an_alias_move_reaches_every_node(world):
+    """The move is broadcast: each node answers with the new version long before its 30 s
+    full refresh (the time each took is printed; bench/fleet_drill.py measures it)."""
+    key, nodes = world["key"], world["nodes"]
+    for node in nodes.values():  # both nodes hold v1 and v2, so no load hides the move
+        for version in ("v1", "v2"):
+            warm = httpx.post(
+                f"{node.url}/internal/warm",
+                headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
+                json={"version_id": world["versions"][version], "tier": "L2"},
+                timeout=60,
+            )
+            assert warm.status_code == 200, warm.text
+        assert complete(node.url, key, max_tokens=1).headers["x-lorahub-adapter"] == "support@v1"
+    moved = time.monotonic()
+    point(world["control"], world["versions"]["v2"])
+
+    def follows(node: NodeProcess) -> float:
+        while complete(node.url, key, max_tokens=1).headers["x-lorahub-adapter"] != "support@v2":
+            assert time.monotonic() - moved < 10, f"{node.name} still serves v1 after 10 s"
+        return time.monotonic() - moved
+
+    with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+        took = dict(zip(nodes, pool.map(follows, nodes.values()), strict=True))
+    # an upper bound: each includes the generation of the probe request that saw it
+    print("alias move seen by " + ", ".join(f"{n} in {t:.3f} s" for n, t in took.items()))
+
+
+def test_node_loss_drill(world, operator):
+    """Kill the owner of an alias mid-stream: its streams fail cleanly, HAProxy routes around
+    it within its health checks, the alias is served by the other node; restarted, the node
+    registers again and takes its aliases back."""
+    router, key, nodes = world["router"], world["key"], world["nodes"]
+    owner = nodes[complete(router.url, key).headers["x-lorahub-node"]]
+    survivor = next(n for n in nodes.values() if n is not owner)
+    started = threading.Semaphore(0)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(stream, router.url, key, 460, started) for _ in range(3)]
+        for _ in running:  # every stream is under way
+            assert started.acquire(timeout=60), [f.result() for f in running if f.done()]
+        killed = time.monotonic()
+        owner.kill()
+        ended = [f.result(timeout=90) for f in running]
+    cut = [s for s in ended if s["node"] in (owner.name, None)]
+    assert cut and not any(s["done"] for s in cut), ended  # cut short, not hung
+    assert all(s["done"] for s in ended if s["node"] == survivor.name), ended
+    timeline = [("streams on the killed node cut", time.monotonic() - killed)]
+    # requests for the alias now land on the survivor: HAProxy retries a refused connection
+    # on the next node at once, and its health checks take the dead node out
+    answer = wait_until(
+        lambda: (r := complete(router.url, key)).status_code == 200 and r,
+        "the alias to be served again",
+        timeout=10,
+        every=0.05,
+    )
+    timeline.append(("alias served again", time.monotonic() - killed))
+    assert answer.headers["x-lorahub-node"] == survivor.name
+    assert answer.json()["choices"][0]["text"].strip().startswith(V1)
+    client = operator_client()
+
+    def state() -> str | None:
+        return {n["name"]: n["state"] for n in client.get("/api/nodes").json()}.get(owner.name)
+
+    wait_until(lambda: state() == "lost", "the registry to show the killed node as lost")
+    timeline.append(("registry shows it lost", time.monotonic() - killed))
+
+    owner.start()
+    timeline.append(("restarted", time.monotonic() - killed))
+    owner.wait_ready()
+    timeline.append(("its engine ready", time.monotonic() - killed))
+    wait_until(lambda: state() == "ready", "the restarted node to register again")
+    timeline.append(("registered again", time.monotonic() - killed))
+    wait_until(
+        lambda: complete(router.url, key).headers["x-lorahub-node"] == owner.name,
+        "HAProxy to route the alias back to its owner",
+        timeout=15,
+        every=0.05,
+    )
+    timeline.append(("alias routed back to it", time.monotonic() - killed))
+    print("drill: " + "; ".join(f"{what} +{t:.2f} s" for what, t in timeline))
