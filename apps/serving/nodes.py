@@ -1,8 +1,8 @@
 """The console's client of the serving nodes' internal API (``/internal/*``).
 
 Called server-side only, with the internal token, which never reaches a browser. Nodes are
-the registered ones (``fleet``) plus any listed in ``LORAHUB_NODES``. A node that does not
-answer is reported, never fatal to a page.
+the ones listed in ``LORAHUB_NODES`` plus the registered ones (``fleet``). A node that does
+not answer is reported, never fatal to a page.
 
 Alias-level warm and evict (``alias_action``) go to the node(s) that own the alias under
 HAProxy's consistent hash: through HAProxy's internal listener (``LORAHUB_ROUTER_INTERNAL_URL``)
@@ -40,17 +40,22 @@ class Node:
 
 
 def configured_nodes() -> list[Node]:
-    """Registered nodes that have not stopped cleanly, then listed ones not registered."""
-    nodes = [
-        Node(name=row["name"], url=row["url"].rstrip("/"), state=row["state"], registered=row)
-        for row in fleet.listing()
-        if row["state"] != "stopped"
-    ]
-    known = {node.name for node in nodes}
+    """Nodes listed in ``LORAHUB_NODES`` (their address there wins over the registered one:
+    the console may reach a node by another address than it registered), then every
+    registered node not listed and not stopped cleanly."""
+    registered = {row["name"]: row for row in fleet.listing()}
+    nodes = []
     for entry in settings.LORAHUB_NODES:
-        name, _, url = entry.partition("=")
-        if name.strip() not in known:
-            nodes.append(Node(name=name.strip(), url=url.strip().rstrip("/")))
+        name, _, url = (part.strip() for part in entry.partition("="))
+        row = registered.pop(name, None)
+        nodes.append(
+            Node(name=name, url=url.rstrip("/"), state=row["state"] if row else "", registered=row)
+        )
+    nodes.extend(
+        Node(name=name, url=row["url"].rstrip("/"), state=row["state"], registered=row)
+        for name, row in registered.items()
+        if row["state"] != "stopped"
+    )
     return nodes
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -25,7 +26,7 @@ from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
 from apps.tenants.console import act, operators, principal_of, require, signed_in, tenant_or_404
 from apps.tenants.errors import DomainError, Invalid
-from apps.tenants.models import Membership
+from apps.tenants.models import Membership, Tenant
 from lorahub.cacheconfig import config_problems
 
 # Cache-config keys that are not edited in the form (carried over as they are).
@@ -375,13 +376,62 @@ def cache_config(request: HttpRequest) -> HttpResponse:
 def nodes_page(request: HttpRequest) -> HttpResponse:
     states = []
     for node in nodes.configured_nodes():
+        if node.state == "lost":
+            age = node.registered["heartbeat_age_s"] if node.registered else 0
+            states.append({"node": node, "error": f"no heartbeat for {age:.0f} s: is it running?"})
+            continue
         try:
             state = nodes.cache_state(node)
         except DomainError as exc:
             states.append({"node": node, "error": exc.message})
             continue
         states.append({"node": node, "state": state})
-    return render(request, "serving/nodes.html", {"states": states, "section": "nodes"})
+    tenants = Tenant.objects.order_by("slug").values_list("slug", flat=True)
+    return render(
+        request,
+        "serving/nodes.html",
+        {
+            "states": states,
+            "section": "nodes",
+            "tenants": list(tenants),
+            "routed": bool(settings.LORAHUB_ROUTER_INTERNAL_URL),
+        },
+    )
+
+
+@require_POST
+@require(operators, "operators")
+def alias_action(request: HttpRequest, verb: str) -> HttpResponse:
+    """Warm or evict an alias on the node(s) that own it (``nodes.alias_action``)."""
+    back = reverse("serving:nodes")
+    tier, slug, name = (request.POST.get(k, "").strip() for k in ("tier", "tenant", "alias"))
+    if verb not in ("warm", "evict") or tier not in nodes.TIERS:
+        raise Http404("no such alias action")
+    tenant = Tenant.objects.filter(slug=slug).first()
+    alias = Alias.objects.filter(tenant=tenant, name=name).first() if tenant else None
+    if alias is None:
+        messages.error(request, f"tenant '{slug}' has no alias '{name}': check both names")
+        return redirect(back)
+    try:
+        outcome = nodes.alias_action(tenant=tenant, alias=name, verb=verb, tier=tier)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(back)
+    tenant_services.record_event(
+        action=f"alias.{verb}",
+        obj=alias,
+        actor=principal_of(request).user,
+        tenant=tenant,
+        after={"tier": tier, "nodes": sorted({r["node"] for r in outcome})},
+    )
+    failed = [f"{r['node']}: {r['error']}" for r in outcome if "error" in r]
+    reached = sorted({r["node"] for r in outcome if "error" not in r})
+    if reached:
+        done = "warmed into" if verb == "warm" else "evicted from"
+        messages.success(request, f"{slug}/{name} {done} {tier} on {', '.join(reached)}.")
+    if failed:
+        messages.error(request, "Not done on " + "; ".join(failed))
+    return redirect(back)
 
 
 @require_POST

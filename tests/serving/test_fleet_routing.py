@@ -18,6 +18,8 @@ from apps.serving import haproxy
 from apps.serving.models import ServingNode
 from apps.serving.replay import fleet, traces
 from apps.serving.replay.simulate import Capacity, replay
+from apps.tenants.models import AuditEvent
+from tests.helpers import key_client, user_client
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +155,64 @@ def test_route_draws_are_reproducible(trace):
     a = fleet.route(trace, "bounded-1.25", 3, service_s=1.0, speedup=2.0)
     b = fleet.route(trace, "bounded-1.25", 3, service_s=1.0, speedup=2.0)
     assert np.array_equal(a, b)
+
+
+# --- the console's and the REST API's view of the fleet -----------------------------------------
+
+
+def _register(name: str, *, lost: bool = False) -> None:
+    started = timezone.now()
+    registry.register(
+        registry.Identity(name=name, url="http://127.0.0.1:9", base_model="demo", max_loras=2),
+        engine="ready",
+        started_at=started,
+    )
+    if lost:
+        ServingNode.objects.filter(name=name).update(heartbeat_at=started - timedelta(minutes=5))
+
+
+@pytest.mark.django_db
+def test_the_nodes_page_lists_the_registry_with_each_state(operator, settings):
+    settings.LORAHUB_NODES = []
+    settings.LORAHUB_INTERNAL_TOKEN = "token"
+    _register("gpu-1")
+    _register("gpu-2", lost=True)
+    page = user_client("otto", "otto-pass-123").get("/operator/nodes/").content.decode()
+    fleet_table = page[page.index('id="fleet"') : page.index("</table>")]
+    assert 'data-node="gpu-1"' in fleet_table and "badge-ok" in fleet_table
+    assert 'data-node="gpu-2"' in fleet_table and ">lost<" in fleet_table
+    assert "no heartbeat for 300 s" in page  # a lost node is not called
+    assert "node &#x27;gpu-1&#x27; did not answer" in page  # a registered one is
+
+
+@pytest.mark.django_db
+def test_alias_actions_name_what_was_wrong_and_record_what_was_done(
+    operator, tenant_a, settings, caplog
+):
+    settings.LORAHUB_NODES = []
+    settings.LORAHUB_INTERNAL_TOKEN = "token"
+    settings.LORAHUB_ROUTER_INTERNAL_URL = ""
+    _register("gpu-1")
+    otto = user_client("otto", "otto-pass-123")
+    missing = otto.post(
+        "/api/nodes/warm", {"tenant": "tenant-a", "alias": "nope"}, content_type="application/json"
+    )
+    assert missing.status_code == 404
+    assert "tenant 'tenant-a' has no alias 'nope'" in missing.json()["detail"]
+    bad_tier = otto.post(
+        "/api/nodes/warm",
+        {"tenant": "tenant-a", "alias": "nope", "tier": "L9"},
+        content_type="application/json",
+    )
+    assert bad_tier.status_code == 422
+    answer = otto.post("/operator/fleet/warm", {"tenant": "tenant-a", "alias": "x", "tier": "L2"})
+    assert answer.status_code == 302
+    followed = otto.get(answer["Location"]).content.decode()
+    assert "tenant &#x27;tenant-a&#x27; has no alias &#x27;x&#x27;" in followed
+    assert not AuditEvent.objects.filter(action="alias.warm").exists()
+    tenant = key_client(tenant_a)
+    assert tenant.get("/api/nodes").status_code == 403
+    assert tenant.post("/api/nodes/warm", {}, content_type="application/json").status_code in (
+        403,
+        422,
+    )

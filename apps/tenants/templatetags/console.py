@@ -19,6 +19,12 @@ BADGES = {
     "loading": "warn",
     "in engine": "info",
     "on disk": "muted",
+    "ready": "ok",
+    "starting": "warn",
+    "restarting": "warn",
+    "dead": "bad",
+    "lost": "bad",
+    "stopped": "muted",
 }
 
 
