@@ -258,7 +258,7 @@ class Node:
         they are loaded (L2) too. Nothing is evicted for a guess. Returns the labels warmed."""
         warmed: list[str] = []
         try:
-            candidates = await asyncio.to_thread(prewarm_candidates, self.config)
+            candidates = await asyncio.to_thread(prewarm_candidates, self.config, self.name)
         except Exception:
             logger.warning("could not read what to prewarm", exc_info=True)
             return warmed

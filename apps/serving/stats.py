@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, transaction
-from django.db.models import F, Sum
+from django.db.models import Count, F, Sum
 
 from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
 from apps.registry.models import AdapterVersion
@@ -288,10 +288,13 @@ def purge_old_statistics() -> tuple[int, int]:
     return logs, rollups
 
 
-def prewarm_candidates(config: CacheConfig) -> list[ResolvedVersion]:
+def prewarm_candidates(config: CacheConfig, node: str = "") -> list[ResolvedVersion]:
     """What a node warms at start: the configured aliases' stable versions, then the versions
     most requested in the last ``from_stats_hours``, most requested first, without repeats.
-    Unknown tenants or aliases in the list are logged and skipped."""
+    In a fleet, "most requested" is what this ``node`` answered (its own request log: the
+    router sends it the same adapters again after a restart); a node without history there
+    falls back to the whole fleet's counts. Unknown tenants or aliases in the list are logged
+    and skipped."""
     prewarm = config.adapter_cache.prewarm
     chosen: dict[int, ResolvedVersion] = {}
     try:
@@ -305,10 +308,19 @@ def prewarm_candidates(config: CacheConfig) -> list[ResolvedVersion]:
             chosen.setdefault(snapshot.stable.version_id, snapshot.stable)
         if prewarm.from_stats_hours > 0 and prewarm.top > 0:
             since = datetime.now(UTC) - timedelta(hours=prewarm.from_stats_hours)
-            busiest = (
+            fields = ("tenant_id", "adapter_id", "version")
+            busiest = list(
+                RequestLog.objects.filter(at__gte=since, node=node, tenant__isnull=False)
+                .exclude(adapter_id="")
+                .values(*fields)
+                .annotate(n=Count("id"))
+                .order_by("-n")[: prewarm.top]
+                if node
+                else []
+            ) or list(
                 RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
                 .exclude(adapter_id="")
-                .values("tenant_id", "adapter_id", "version")
+                .values(*fields)
                 .annotate(n=Sum("requests"))
                 .order_by("-n")[: prewarm.top]
             )
