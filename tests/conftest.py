@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -402,7 +401,6 @@ class NodeProcess:
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, engine core included
             )
         return self
 
@@ -421,14 +419,27 @@ class NodeProcess:
     def kill(self) -> None:
         """SIGKILL to the node and its engine core, as when its machine dies: no draining,
         no deregistering, no engine shutdown."""
+        import psutil
+
         assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        tree = [psutil.Process(self.proc.pid)]
+        tree += tree[0].children(recursive=True)
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         self.proc.wait()
 
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop(self.proc)
+    def stop(self) -> list[int]:
+        """SIGTERM and wait; returns the pids of the node's processes still alive after it
+        exited (its download workers, its engine core: none should be)."""
+        import psutil
+
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        children = psutil.Process(self.proc.pid).children(recursive=True)
+        stop(self.proc)
+        _, alive = psutil.wait_procs(children, timeout=10)
+        return [p.pid for p in alive]
 
 
 @pytest.fixture(scope="session")

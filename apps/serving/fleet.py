@@ -43,6 +43,12 @@ class Identity:
         }
 
 
+def node_header() -> dict[str, str]:
+    """``X-Lorahub-Node: <this node's name>``, on every answer of a node, so a caller behind a
+    router (and a test) can tell which node answered."""
+    return {"X-Lorahub-Node": settings.LORAHUB_NODE_NAME}
+
+
 def register(identity: Identity, *, engine: str, started_at: datetime) -> None:
     now = timezone.now()
     ServingNode.objects.update_or_create(

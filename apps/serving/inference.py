@@ -24,6 +24,7 @@ from apps.registry.aliases import ResolvedVersion
 from apps.serving import openai_api as oai
 from apps.serving.directory import Caller
 from apps.serving.engine import EngineNotReady, Sampling
+from apps.serving.fleet import node_header
 from apps.serving.placement import (
     AdapterIntegrityError,
     LoadDeadline,
@@ -64,6 +65,7 @@ class Trace:
         else:
             adapter = "base" if self.tier == "base" else "none"
         headers = {
+            **node_header(),
             "X-Lorahub-Adapter": adapter,
             "X-Lorahub-Cache-Tier": self.tier or "none",
             "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
@@ -276,7 +278,8 @@ class Inference:
         return JSONResponse(
             oai.models_body(
                 names, trace.caller.tenant_slug, self.node.engine.settings.served_model_name
-            )
+            ),
+            headers=node_header(),
         )
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving import openai_api as oai
+from apps.serving.fleet import node_header
 from apps.serving.placement import AdapterIntegrityError, Owner, PinLimit
 from apps.tenants.models import Tenant
 
@@ -41,6 +42,10 @@ def owner_of(resolved: ResolvedVersion) -> Owner:
         warm_quota=quota.max_warm_adapters if quota else None,
         hot_quota=quota.max_hot_adapters if quota else None,
     )
+
+
+def _json(body: dict, status_code: int = 200, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status_code, headers={**(headers or {}), **node_header()})
 
 
 def has_internal_token(request: Request) -> bool:
@@ -120,7 +125,7 @@ class InternalApi:
             placement = self.node.placement
             if body.get("tier", "L3") == "L3":
                 found = await asyncio.to_thread(placement.to_disk, resolved)
-                return JSONResponse({"version": resolved.label, "tier": "L3", "was_in": found})
+                return _json({"version": resolved.label, "tier": "L3", "was_in": found})
             if not self.node.engine.is_ready:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5
@@ -131,7 +136,7 @@ class InternalApi:
                 if body["tier"] == "L1"
                 else await placement.place(resolved, owner=owner)
             )
-            return JSONResponse(
+            return _json(
                 {
                     "version": resolved.label,
                     "tier": body["tier"],
@@ -154,7 +159,7 @@ class InternalApi:
                 if body.get("tier", "L3") == "L1":
                     raise oai.ApiError(400, "'all' empties L2 or L3", code="bad_tier")
                 removed = await self.node.placement.clear(disk=body.get("tier", "L3") == "L3")
-                return JSONResponse({"evicted_from": body.get("tier", "L3"), "removed": removed})
+                return _json({"evicted_from": body.get("tier", "L3"), "removed": removed})
             if not isinstance(body.get("version_id"), int):
                 raise oai.ApiError(
                     400, "name the version_id to evict, or send all: true", code="no_target"
@@ -180,7 +185,7 @@ class InternalApi:
                 if tier == "L3":
                     await asyncio.to_thread(placement.evict_from_disk, resolved)
             self.node.evicted(tier, resolved.tenant_id)
-            return JSONResponse({"version": resolved.label, "evicted_from": tier})
+            return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)
 
@@ -190,7 +195,36 @@ class InternalApi:
             self._check(request)
         except oai.ApiError as exc:
             return self._error(exc)
-        return JSONResponse({"warmed": await self.node.prewarm()})
+        return _json({"warmed": await self.node.prewarm()})
+
+    async def alias(self, request: Request) -> Response:
+        """What this node serves for a tenant's alias right now (its in-memory table): to check
+        that every node of a fleet followed a move."""
+        try:
+            self._check(request)
+            slug, name = request.query_params.get("tenant", ""), request.query_params.get("alias")
+            tenant = await asyncio.to_thread(lambda: Tenant.objects.filter(slug=slug).first())
+            snapshot = None
+            if tenant is not None and name:
+                snapshot = await asyncio.to_thread(self.node.directory.alias, tenant.id, name)
+            if snapshot is None:
+                raise oai.ApiError(
+                    404, f"no alias '{name}' of tenant '{slug}' on this node", code="not_found"
+                )
+        except oai.ApiError as exc:
+            return self._error(exc)
+        canary = snapshot.canary
+        return _json(
+            {
+                "tenant": slug,
+                "alias": name,
+                "stable": snapshot.stable.label,
+                "stable_version_id": snapshot.stable.version_id,
+                "canary": canary.label if canary else None,
+                "canary_version_id": canary.version_id if canary else None,
+                "canary_percent": snapshot.canary_percent if canary else 0,
+            }
+        )
 
     async def cache(self, request: Request) -> Response:
         try:
@@ -199,7 +233,7 @@ class InternalApi:
             return self._error(exc)
         placement, engine = self.node.placement, self.node.engine.settings
         limits = placement.limits
-        return JSONResponse(
+        return _json(
             {
                 "policy": placement.policy.name,
                 "limits": {
@@ -223,4 +257,4 @@ class InternalApi:
     @staticmethod
     def _error(exc: oai.ApiError) -> Response:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        return _json(exc.body(), status_code=exc.status, headers=headers)

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from django.conf import settings
 from django.utils import timezone
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -33,6 +32,7 @@ from apps.serving.cache.policy import make_policy
 from apps.serving.config import effective_config
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
+from apps.serving.fleet import node_header
 from apps.serving.inference import Inference
 from apps.serving.internal import InternalApi, has_internal_token
 from apps.serving.metrics import NodeMetrics
@@ -434,8 +434,8 @@ class Node:
             "engine_startup_s": round(info.started_s, 1) if info.started_s else None,
         }
         if ready:
-            return JSONResponse(body)
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+            return JSONResponse(body, headers=node_header())
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "5", **node_header()})
 
     async def metrics_endpoint(self, request: Request) -> Response:
         """Metrics name tenants and adapters, so tenants must not read them: with an internal
@@ -455,27 +455,6 @@ class Node:
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )
-
-
-class NodeHeader:
-    """Adds ``X-Lorahub-Node: <name>`` to every HTTP response, so a caller behind HAProxy (and
-    a test) can tell which node answered. Plain ASGI: it never buffers a streamed body."""
-
-    def __init__(self, app, name: str) -> None:
-        self.app = app
-        self.header = (b"x-lorahub-node", name.encode())
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_header(message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), self.header]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_header)
 
 
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
@@ -501,10 +480,10 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/warm", internal.warm, methods=["POST"]),
             Route("/internal/evict", internal.evict, methods=["POST"]),
             Route("/internal/cache", internal.cache),
+            Route("/internal/alias", internal.alias),
             Route("/internal/prewarm", internal.prewarm, methods=["POST"]),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(NodeHeader, name=node.name)],
     )
     app.state.node = node
     return app

@@ -1,14 +1,14 @@
 """Two serving nodes behind a real HAProxy on loopback: registry, affinity, spill, fan-out,
 broadcast, and the node-loss drill. Every part is real: two ``runnode`` processes (each with
 its vLLM engine on the demo model), HAProxy from Debian's package with the configuration
-``manage.py haproxy_config`` renders, PostgreSQL, Redis and the S3 server."""
+rendered from the node registry, PostgreSQL, Redis and the S3 server."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import shutil
 import subprocess
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,11 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.core.management import call_command
 from django.db import transaction
 from django.test import Client
 
 from apps.serving import demo_corpus as corpus
+from apps.serving import fleet as fleet_registry
+from apps.serving.haproxy import Backend, render
 from apps.serving.models import ServingNode
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey
@@ -45,13 +46,18 @@ class Router:
         self.proc: subprocess.Popen | None = None
         self.log = work / "haproxy.log"
 
-    def render(self) -> None:
-        call_command(
-            "haproxy_config",
-            output=self.config,
-            bind=f"127.0.0.1:{self.port}",
-            internal_bind=f"127.0.0.1:{self.internal_port}",
-            check_interval_ms=CHECK_MS,
+    def render(self, names: set[str]) -> None:
+        """From the registry, as ``manage.py haproxy_config`` does, keeping only this test's
+        nodes (the session's other test nodes register in the same database)."""
+        backends = [Backend(n.name, n.url) for n in fleet_registry.routable() if n.name in names]
+        assert {b.name for b in backends} == names
+        self.config.write_text(
+            render(
+                backends,
+                bind=f"127.0.0.1:{self.port}",
+                internal_bind=f"127.0.0.1:{self.internal_port}",
+                check_interval_ms=CHECK_MS,
+            )
         )
         checked = subprocess.run(
             ["haproxy", "-c", "-f", str(self.config)], capture_output=True, text=True
@@ -97,23 +103,24 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
                 "both nodes registered",
             )
             assert registered
-            router.render()
+            router.render(set(nodes))
         router.start()
         yield {"nodes": nodes, "router": router}
     finally:
         router.stop()
-        for node in nodes.values():
-            node.stop()
+        left = {name: node.stop() for name, node in nodes.items()}
+    assert not any(left.values()), f"processes outlived their node: {left}"
 
 
-def wait_until(check, what: str, timeout: float = 30.0, every: float = 0.1):
+def wait_until(check, what: str, timeout: float = 30.0, every: float = 0.1, on_timeout=None):
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"waited {timeout:.0f} s for {what}")
+            seen = f"; last seen: {on_timeout()}" if on_timeout else ""
+            pytest.fail(f"waited {timeout:.0f} s for {what}{seen}")
         time.sleep(every)
 
 
@@ -152,9 +159,9 @@ def complete(url: str, key: str, *, model: str = "support", max_tokens: int = 8)
     )
 
 
-def stream(url: str, key: str, max_tokens: int, started: threading.Semaphore | None = None):
+def stream(url: str, key: str, max_tokens: int, started: queue.Queue | None = None):
     """A streamed completion: the node that answered and whether the stream ended cleanly.
-    ``started`` is released once the first chunk has arrived."""
+    The answering node's name goes to ``started`` once the first chunk has arrived."""
     body = {"model": "support", "prompt": PROMPT, "max_tokens": max_tokens, "stream": True}
     body.update(temperature=1.0, seed=3)  # sampled: long answers, not an early end
     node = None
@@ -170,7 +177,7 @@ def stream(url: str, key: str, max_tokens: int, started: threading.Semaphore | N
             chunks = []
             for chunk in response.iter_text():
                 if started is not None and not chunks:
-                    started.release()
+                    started.put(node)
                 chunks.append(chunk)
             return {"status": response.status_code, "node": node, "done": "[DONE]" in chunks[-1]}
     except httpx.HTTPError as exc:
@@ -257,31 +264,36 @@ def test_alias_warm_and_evict_go_to_the_owner_only(world, operator):
 
 
 def test_an_alias_move_reaches_every_node(world):
-    """The move is broadcast: each node answers with the new version long before its 30 s
-    full refresh (the time each took is printed; bench/fleet_drill.py measures it)."""
-    key, nodes = world["key"], world["nodes"]
-    for node in nodes.values():  # both nodes hold v1 and v2, so no load hides the move
-        for version in ("v1", "v2"):
-            warm = httpx.post(
-                f"{node.url}/internal/warm",
-                headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
-                json={"version_id": world["versions"][version], "tier": "L2"},
-                timeout=60,
-            )
-            assert warm.status_code == 200, warm.text
+    """The move is broadcast: each node's table follows it long before its 30 s full refresh
+    (the time each took is printed), and each then answers with the new version."""
+    key, nodes, tenant = world["key"], world["nodes"], world["tenant"]
+    for node in nodes.values():
         assert complete(node.url, key, max_tokens=1).headers["x-lorahub-adapter"] == "support@v1"
+
+    def serves(node: NodeProcess) -> str:
+        answer = httpx.get(
+            f"{node.url}/internal/alias",
+            params={"tenant": tenant.slug, "alias": "support"},
+            headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
+        )
+        assert answer.status_code == 200, answer.text
+        return answer.json()["stable"]
+
+    assert {serves(node) for node in nodes.values()} == {"support@v1"}
     moved = time.monotonic()
     point(world["control"], world["versions"]["v2"])
 
     def follows(node: NodeProcess) -> float:
-        while complete(node.url, key, max_tokens=1).headers["x-lorahub-adapter"] != "support@v2":
+        while serves(node) != "support@v2":
             assert time.monotonic() - moved < 10, f"{node.name} still serves v1 after 10 s"
+            time.sleep(0.005)
         return time.monotonic() - moved
 
     with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
         took = dict(zip(nodes, pool.map(follows, nodes.values()), strict=True))
-    # an upper bound: each includes the generation of the probe request that saw it
     print("alias move seen by " + ", ".join(f"{n} in {t:.3f} s" for n, t in took.items()))
+    for node in nodes.values():
+        assert complete(node.url, key, max_tokens=1).headers["x-lorahub-adapter"] == "support@v2"
 
 
 def test_node_loss_drill(world, operator):
@@ -291,11 +303,11 @@ def test_node_loss_drill(world, operator):
     router, key, nodes = world["router"], world["key"], world["nodes"]
     owner = nodes[complete(router.url, key).headers["x-lorahub-node"]]
     survivor = next(n for n in nodes.values() if n is not owner)
-    started = threading.Semaphore(0)
+    started: queue.Queue = queue.Queue()
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         running = [pool.submit(stream, router.url, key, 460, started) for _ in range(3)]
-        for _ in running:  # every stream is under way
-            assert started.acquire(timeout=60), [f.result() for f in running if f.done()]
+        while started.get(timeout=60) != owner.name:  # a stream is under way on the owner
+            pass
         killed = time.monotonic()
         owner.kill()
         ended = [f.result(timeout=90) for f in running]
@@ -319,7 +331,11 @@ def test_node_loss_drill(world, operator):
     def state() -> str | None:
         return {n["name"]: n["state"] for n in client.get("/api/nodes").json()}.get(owner.name)
 
-    wait_until(lambda: state() == "lost", "the registry to show the killed node as lost")
+    wait_until(
+        lambda: state() == "lost",
+        "the registry to show the killed node as lost",
+        on_timeout=lambda: client.get("/api/nodes").json(),
+    )
     timeline.append(("registry shows it lost", time.monotonic() - killed))
 
     owner.start()

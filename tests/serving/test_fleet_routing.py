@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from apps.serving import fleet as registry
@@ -216,3 +217,26 @@ def test_alias_actions_name_what_was_wrong_and_record_what_was_done(
         403,
         422,
     )
+
+
+@pytest.mark.django_db
+def test_haproxy_config_renders_the_registry_without_stopped_nodes(tmp_path):
+    started = timezone.now()
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        registry.register(
+            registry.Identity(name=name, url=f"http://10.0.0.{len(name)}:8001"),
+            engine="ready",
+            started_at=started,
+        )
+    ServingNode.objects.filter(name="gpu-b").update(url="http://10.0.0.2:8001")
+    registry.deregister("gpu-c", started_at=started)
+    out = tmp_path / "haproxy.cfg"
+    call_command("haproxy_config", output=out, bind="0.0.0.0:80", balance_factor=175)
+    text = out.read_text()
+    servers = [line.split()[1:3] for line in text.splitlines() if "    server " in line]
+    assert servers == [["gpu-a", "10.0.0.5:8001"], ["gpu-b", "10.0.0.2:8001"]]
+    assert "bind 0.0.0.0:80" in text and "hash-balance-factor 175" in text
+    ServingNode.objects.filter(name="gpu-a").update(url="https://gpu-a")
+    with pytest.raises(CommandError, match="must look like http://host:port"):
+        call_command("haproxy_config", output=out)
+    assert out.read_text() == text  # a refused render leaves the file as it was

@@ -50,8 +50,17 @@ def start() -> None:
 
 
 def stop() -> None:
+    """Stop the worker processes now: a landing in progress is abandoned (its temporary
+    folder is never used: a version lands by an atomic rename after every check). Without
+    the terminate, workers of a node that exits right after outlive it."""
     if pool.cache_info().currsize:
-        pool().shutdown(wait=False, cancel_futures=True)
+        executor = pool()
+        workers = list((executor._processes or {}).values())  # no public handle before 3.14
+        executor.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=5)
         pool.cache_clear()
 
 
