@@ -99,6 +99,7 @@ class Node:
         self._verified: dict[tuple[int, str], bool] = {}
         self.name = settings.LORAHUB_NODE_NAME
         self.started_at = timezone.now()
+        self._engine_changed = asyncio.Event()  # ready, dead, restarting: tell the registry
 
     def _integrity_failure(self, resolved, tier: str, reason: str) -> None:
         """Count it; a failure at the registry (L4) also goes to the audit log (blocking)."""
@@ -197,7 +198,11 @@ class Node:
                 )
             except Exception:
                 logger.warning("could not write this node's heartbeat; retrying", exc_info=True)
-            await asyncio.sleep(settings.LORAHUB_NODE_HEARTBEAT_S)
+            self._engine_changed.clear()
+            with contextlib.suppress(TimeoutError):  # a new engine state is written at once
+                await asyncio.wait_for(
+                    self._engine_changed.wait(), timeout=settings.LORAHUB_NODE_HEARTBEAT_S
+                )
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -249,7 +254,9 @@ class Node:
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
             logger.exception("the vLLM engine failed to start")
+            self._engine_changed.set()
             return
+        self._engine_changed.set()
         self._spawn(self.prewarm())
 
     async def prewarm(self) -> list[str]:
@@ -308,6 +315,7 @@ class Node:
                 continue
             logger.error("the vLLM engine died; restarting it")
             self.engine.state = "restarting"
+            self._engine_changed.set()
             with contextlib.suppress(Exception):
                 self.engine.shutdown()
             self.engine.state = "restarting"

@@ -186,13 +186,22 @@ def stream(url: str, key: str, max_tokens: int, started: queue.Queue | None = No
 
 def test_nodes_register_themselves_and_operators_list_them(world, operator):
     client = operator_client()
+
+    def fleet_rows() -> list[dict]:
+        return [n for n in client.get("/api/nodes").json() if n["name"].startswith("fleet-")]
+
+    # the test database was emptied after the last test: the next heartbeats write the rows
+    def both_ready() -> list[dict]:
+        rows = fleet_rows()
+        return rows if len(rows) == 2 and all(r["state"] == "ready" for r in rows) else []
+
     listed = wait_until(
-        lambda: [n for n in client.get("/api/nodes").json() if n["name"].startswith("fleet-")],
-        "the nodes' heartbeats after the test database was emptied",
+        both_ready,
+        "both nodes registered as ready",
+        on_timeout=fleet_rows,
     )
     assert {n["name"] for n in listed} == {"fleet-a", "fleet-b"}
     for row in listed:
-        assert row["state"] == "ready"
         assert row["url"] == world["nodes"][row["name"]].url
         assert row["base_model"] == "lorahub-demo-tiny"
         assert row["base_model_revision"] == "r1"
