@@ -143,10 +143,19 @@ if _database_url:
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
 else:
+    # The embedded default is written by four processes at once (console, worker, the node's
+    # statistics and heartbeat): WAL lets readers run beside the one writer, a writer waits
+    # for the lock (busy timeout) instead of failing with "database is locked", and IMMEDIATE
+    # transactions take the write lock when they begin, so none fails half-way on upgrading.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "lorahub.sqlite3",
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

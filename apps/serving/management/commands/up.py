@@ -4,14 +4,13 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
-import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.serving import haproxy
+from lorahub.supervise import Supervisor
 
 
 class Command(BaseCommand):
@@ -107,21 +106,19 @@ class Command(BaseCommand):
                 )
             )
             commands["haproxy"] = [str(haproxy_bin), "-W", "-db", "-f", str(config)]
-        procs: dict[str, subprocess.Popen] = {}
+        supervisor = Supervisor(
+            {name: (cmd, {**env, **node_envs.get(name, {})}) for name, cmd in commands.items()},
+            cwd=settings.BASE_DIR,
+        )
         # Ctrl-C and SIGTERM both stop everything, even when a shell started us with SIGINT
         # ignored (a background job) or a supervisor stops us with SIGTERM.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
-            for name, cmd in commands.items():
-                # Own session: Ctrl-C reaches only this process, which then stops the children
-                # in order (SIGTERM: the node drains requests and shuts the engine down).
-                procs[name] = subprocess.Popen(
-                    cmd,
-                    env={**env, **node_envs.get(name, {})},
-                    cwd=settings.BASE_DIR,
-                    start_new_session=True,
-                )
+            # Each child in its own session: Ctrl-C reaches only this process, which then stops
+            # the children in order (SIGTERM: the node drains requests and shuts the engine
+            # down). A child that exits is restarted with a backoff; the others keep running.
+            supervisor.start_all()
             lines = [
                 "",
                 "lorahub is starting:",
@@ -139,20 +136,8 @@ class Command(BaseCommand):
                     "API key and model)"
                 )
             self.stdout.write("\n".join([*lines, "Ctrl-C stops everything.", ""]))
-            while True:
-                for name, proc in procs.items():
-                    if proc.poll() is not None:
-                        raise CommandError(f"{name} exited with status {proc.returncode}")
-                time.sleep(0.5)
+            supervisor.run()
         except KeyboardInterrupt:
             self.stdout.write("\nstopping console, worker, nodes and router...")
         finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            for proc in procs.values():
-                try:
-                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            supervisor.stop_all()
