@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from apps.registry.models import Alias
-from apps.serving import config, fleet, nodes
+from apps.serving import config, fleet, nodes, quarantine
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import Invalid, NotFound
@@ -99,3 +99,28 @@ def warm_alias(request: HttpRequest, body: AliasActionIn):
 def evict_alias(request: HttpRequest, body: AliasActionIn):
     """Evict an alias's versions from a tier (and those below it) on the node(s) that own it."""
     return _alias_action(request, body, "evict")
+
+
+# --- quarantine --------------------------------------------------------------------------------
+
+
+@router.get("/quarantines", response=list[dict], tags=["nodes"])
+def list_quarantines(request: HttpRequest, include_lifted: bool = False):
+    """Versions nodes refuse because their registry bytes failed the signed manifest: which
+    node, when, why. Open ones only, unless ``include_lifted=true`` (with who lifted them, why)."""
+    _operator(request)
+    return quarantine.listing(include_lifted=include_lifted)
+
+
+class LiftIn(Schema):
+    note: str
+
+
+@router.post("/quarantines/{quarantine_id}/lift", response=dict, tags=["nodes"])
+def lift_quarantine(request: HttpRequest, quarantine_id: int, body: LiftIn):
+    """Lift a quarantine once the registry copy verifies again (checked now, as a node lands
+    it; 409 naming what still fails otherwise). Closes the version's open quarantines on
+    every node; audited as ``version.quarantine_lift``; nodes serve it again within a second."""
+    principal = _operator(request)
+    nodes_ = quarantine.lift(quarantine_id=quarantine_id, principal=principal, note=body.note)
+    return {"lifted_on": nodes_}

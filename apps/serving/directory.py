@@ -21,7 +21,7 @@ from django.db.models import Max
 from apps.registry import aliases
 from apps.registry.aliases import AliasSnapshot
 from apps.registry.models import Alias
-from apps.serving.models import CacheSettings
+from apps.serving.models import CacheSettings, Quarantine
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey, Quota, Tenant
 
@@ -119,8 +119,8 @@ class Directory:
                 previous = self._aliases.pop(key, None)
             elif kind in ("api_key", "quota"):
                 self._callers.clear()
-            elif kind == "cache_config":
-                pass  # the node reloads its cache configuration; nothing cached here changes
+            elif kind in ("cache_config", "quarantine"):
+                pass  # the node re-reads these itself; nothing cached here changes
             else:
                 self._drop_all()
         return previous
@@ -153,6 +153,7 @@ class Directory:
             Quota.objects.aggregate(m=Max("updated_at"))["m"],
             Tenant.objects.count(),
             CacheSettings.objects.aggregate(m=Max("updated_at"))["m"],
+            Quarantine.objects.aggregate(m=Max("lifted_at"))["m"],
         )
         close_old_connections()
         return marker

@@ -199,3 +199,35 @@ class ServingNode(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.url})"
+
+
+class Quarantine(models.Model):
+    """A node refused a version because its registry bytes failed the signed manifest. Open
+    until an operator lifts it (after the registry copy verifies again); every node refuses
+    the version while it has an open record of its own."""
+
+    version = models.ForeignKey(
+        "registry.AdapterVersion", on_delete=models.CASCADE, related_name="quarantines"
+    )
+    node = models.CharField(max_length=100)
+    tier = models.CharField(max_length=4, default="L4")
+    reason = models.TextField()
+    at = models.DateTimeField(auto_now_add=True)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    lift_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version", "node"],
+                condition=models.Q(lifted_at__isnull=True),
+                name="one_open_quarantine_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"version {self.version_id} on {self.node}"

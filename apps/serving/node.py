@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
-from apps.serving import fleet
+from apps.serving import fleet, quarantine
 from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
@@ -114,11 +114,12 @@ class Node:
                 .first()
             )
             if version is not None:
+                quarantine.record(version_id=version.pk, node=self.name, tier=tier, reason=reason)
                 tenant_services.record_event(
                     action="version.quarantine",
                     obj=version,
                     tenant=version.adapter.tenant,
-                    after={"node": settings.LORAHUB_NODE_NAME, "tier": tier},
+                    after={"node": self.name, "tier": tier},
                     note=reason,
                 )
 
@@ -136,6 +137,14 @@ class Node:
         self.placement.apply(config)
         self._config_changed.set()
         self.placement.trim_disk()
+
+    async def refresh_quarantines(self) -> None:
+        """Refuse exactly the versions with an open quarantine of this node (an operator's
+        lift takes effect here)."""
+        try:
+            self.placement.quarantined = await asyncio.to_thread(quarantine.open_on, self.name)
+        except Exception:
+            logger.warning("could not read this node's quarantines; keeping the set in force")
 
     async def reload_config(self) -> None:
         try:
@@ -209,6 +218,7 @@ class Node:
     async def start(self) -> None:
         self.stats.start()
         await self.reload_config()
+        await self.refresh_quarantines()
         self._tasks = [
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
             asyncio.create_task(self._start_engine(), name="engine-start"),
@@ -328,6 +338,7 @@ class Node:
                 await asyncio.to_thread(self.directory.full_refresh)
             except Exception:
                 logger.exception("full refresh of aliases and keys failed; retrying")
+            await self.refresh_quarantines()
             await asyncio.sleep(settings.LORAHUB_NODE_FULL_REFRESH_S)
 
     async def _poll(self) -> None:
@@ -336,6 +347,7 @@ class Node:
             try:
                 if await asyncio.to_thread(self.directory.poll):
                     await self.reload_config()
+                    await self.refresh_quarantines()
             except Exception:
                 logger.exception("polling for changes failed; retrying")
             await asyncio.sleep(POLL_S)
@@ -364,6 +376,8 @@ class Node:
                             self._spawn(self._follow_alias(change, previous))
                         elif change.get("kind") == "cache_config":
                             self._spawn(self.reload_config())
+                        elif change.get("kind") == "quarantine":
+                            self._spawn(self.refresh_quarantines())
             except asyncio.CancelledError:
                 raise
             except Exception:

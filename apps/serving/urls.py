@@ -19,5 +19,10 @@ urlpatterns = [
     path("operator/replay/<int:run_id>/data", replay_views.replay_data, name="replay_data"),
     path("operator/replay/<int:run_id>/apply", replay_views.replay_apply, name="replay_apply"),
     path("operator/fleet/<str:verb>", views.alias_action, name="alias_action"),
+    path(
+        "operator/quarantines/<int:quarantine_id>/lift",
+        views.quarantine_lift,
+        name="quarantine_lift",
+    ),
     path("operator/nodes/<str:node>/<str:verb>", views.node_action, name="node_action"),
 ]

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
-from apps.serving import charts, config, dashboards, nodes
+from apps.serving import charts, config, dashboards, nodes, quarantine
 from apps.serving.cache.policy import POLICIES
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services
@@ -395,8 +395,29 @@ def nodes_page(request: HttpRequest) -> HttpResponse:
             "section": "nodes",
             "tenants": list(tenants),
             "routed": bool(settings.LORAHUB_ROUTER_INTERNAL_URL),
+            "quarantines": quarantine.listing(),
         },
     )
+
+
+@require_POST
+@require(operators, "operators")
+def quarantine_lift(request: HttpRequest, quarantine_id: int) -> HttpResponse:
+    """Lift a quarantine once the registry copy verifies again (``quarantine.lift``)."""
+    back = reverse("serving:nodes")
+    try:
+        outcome = quarantine.lift(
+            quarantine_id=quarantine_id,
+            principal=principal_of(request),
+            note=request.POST.get("note", ""),
+        )
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect(back)
+    messages.success(
+        request, f"Quarantine lifted on {', '.join(outcome)}: the version verifies again."
+    )
+    return redirect(back)
 
 
 @require_POST

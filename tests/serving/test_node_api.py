@@ -17,7 +17,7 @@ from apps.serving.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
 from tests.conftest import NODE_INTERNAL_TOKEN
-from tests.helpers import publish
+from tests.helpers import publish, user_client
 
 pytestmark = pytest.mark.engine
 
@@ -361,14 +361,17 @@ def test_a_corrupted_disk_copy_is_detected_and_fetched_again(world, node_work, t
     assert weights.read_bytes() != bytes(data)  # replaced by a verified copy
 
 
-def test_a_tampered_registry_object_quarantines_the_version(world, tenant_a):
+def test_a_tampered_registry_object_quarantines_the_version_until_an_operator_lifts_it(
+    world, tenant_a, operator
+):
     from apps.registry.storage import get_store
     from apps.tenants.models import AuditEvent
 
     v3 = AdapterVersion.objects.get(pk=world["versions"]["v3"])
     store = get_store()
     key = f"{v3.storage_prefix}/adapter_model.safetensors"
-    data = bytearray(store.get(key))
+    original = store.get(key)
+    data = bytearray(original)
     data[-1] ^= 0x01
     store.client.put_object(Bucket=store.bucket, Key=key, Body=bytes(data))  # an attacker
     assert (
@@ -388,6 +391,44 @@ def test_a_tampered_registry_object_quarantines_the_version(world, tenant_a):
     assert _metric(world["url"], "adapter_integrity_failures_total", tier="L4") >= 1
     assert AuditEvent.objects.filter(action="version.quarantine", object_id=str(v3.pk)).exists()
     assert v3.pk in internal(world, "cache").json()["quarantined"]
+
+    # the operator sees it: which node, why
+    otto = user_client("otto", "otto-pass-123")
+    [open_] = otto.get("/api/quarantines").json()
+    assert (open_["version_id"], open_["node"], open_["tier"]) == (v3.pk, "test-node", "L4")
+    assert "sha256" in open_["reason"] or "manifest" in open_["reason"], open_["reason"]
+    lift = f"/api/quarantines/{open_['id']}/lift"
+    # lifting while the registry copy is still wrong is refused, naming why
+    refused = otto.post(lift, {"note": "looks fine"}, content_type="application/json")
+    assert refused.status_code == 409
+    assert "still fails verification" in refused.json()["detail"]
+    assert complete_status(world) == 403
+    # the original bytes back: the lift verifies them and every node serves the version again
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=original)
+    lifted = otto.post(lift, {"note": "restored from backup"}, content_type="application/json")
+    assert lifted.status_code == 200, lifted.content
+    assert lifted.json() == {"lifted_on": ["test-node"]}
+    assert AuditEvent.objects.filter(
+        action="version.quarantine_lift", object_id=str(v3.pk), note="restored from backup"
+    ).exists()
+    deadline = time.monotonic() + 10
+    while complete_status(world) != 200:
+        assert time.monotonic() < deadline, "the lifted version is still refused"
+        time.sleep(0.1)
+    assert v3.pk not in internal(world, "cache").json()["quarantined"]
+    assert otto.get("/api/quarantines").json() == []
+    [closed] = otto.get("/api/quarantines?include_lifted=true").json()
+    assert closed["lifted_by"] == "otto" and closed["lift_note"] == "restored from backup"
+
+
+def complete_status(world) -> int:
+    answer = httpx.post(
+        f"{world['url']}/v1/completions",
+        headers={"Authorization": f"Bearer {world['a_key']}"},
+        json={"model": "support", "prompt": PROMPT, "max_tokens": 2},
+        timeout=60,
+    )
+    return answer.status_code
 
 
 def test_pinning_keeps_one_device_slot_free_for_rotation(world):

@@ -1,0 +1,129 @@
+"""Quarantine as a recorded state: which node refused which version, when and why, and an
+operator's way out.
+
+A node that finds a version's registry bytes failing the signed manifest records an open
+``Quarantine`` (and refuses the version with 403 ``quarantined``). It stays refused on that node
+until an operator lifts it — after the registry copy verifies again, checked here by the same
+landing the node does (download, every sha256 against the signed manifest, the signature).
+Lifting is audited and broadcast; nodes re-read their open quarantines on the broadcast, on
+their periodic full refresh and at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.registry import keys
+from apps.registry.aliases import load_version
+from apps.registry.storage import get_store
+from apps.serving.cache.disk import DiskTier, IntegrityFailure
+from apps.serving.models import Quarantine
+from apps.tenants import services as tenant_services
+from apps.tenants.auth import Principal
+from apps.tenants.errors import Conflict, Invalid, NotFound
+from apps.tenants.events import publish_change
+
+logger = logging.getLogger(__name__)
+
+
+def record(*, version_id: int, node: str, tier: str, reason: str) -> bool:
+    """Open a quarantine of ``version_id`` on ``node`` (no-op if one is open). True if new."""
+    try:
+        with transaction.atomic():
+            _, created = Quarantine.objects.get_or_create(
+                version_id=version_id,
+                node=node,
+                lifted_at=None,
+                defaults={"tier": tier, "reason": reason[:2000]},
+            )
+    except IntegrityError:  # opened meanwhile by another thread of the same node
+        return False
+    return created
+
+
+def open_on(node: str) -> set[int]:
+    """The versions ``node`` must refuse."""
+    return set(
+        Quarantine.objects.filter(node=node, lifted_at__isnull=True).values_list(
+            "version_id", flat=True
+        )
+    )
+
+
+def listing(*, include_lifted: bool = False) -> list[dict]:
+    rows = Quarantine.objects.select_related("version__adapter__tenant", "lifted_by")
+    if not include_lifted:
+        rows = rows.filter(lifted_at__isnull=True)
+    return [
+        {
+            "id": q.pk,
+            "version_id": q.version_id,
+            "version": f"{q.version.adapter.tenant.slug}/{q.version.adapter.adapter_id}"
+            f"@{q.version.version}",
+            "node": q.node,
+            "tier": q.tier,
+            "reason": q.reason,
+            "at": q.at,
+            "lifted_at": q.lifted_at,
+            "lifted_by": q.lifted_by.get_username() if q.lifted_by else None,
+            "lift_note": q.lift_note,
+        }
+        for q in rows[:500]
+    ]
+
+
+def verify_registry_copy(version_id: int) -> None:
+    """Land the version from the registry into a scratch folder exactly as a node does;
+    raises ``Conflict`` naming what still fails."""
+    resolved = load_version(version_id)
+    if resolved is None:
+        raise NotFound(f"no version {version_id}")
+    with tempfile.TemporaryDirectory(prefix="lorahub-reverify-") as scratch:
+        try:
+            DiskTier(Path(scratch)).land(resolved, get_store(), keys.published_public_keys())
+        except IntegrityFailure as exc:
+            raise Conflict(
+                f"{resolved.label} still fails verification against its signed manifest "
+                f"({exc}); put the original bytes back in the registry, then lift again"
+            ) from None
+
+
+def lift(*, quarantine_id: int, principal: Principal, note: str) -> list[str]:
+    """Re-verify the registry copy, then close every open quarantine of that version (the
+    bytes are shared: what verifies for one node verifies for all). Returns the nodes."""
+    principal.require_operator()
+    quarantine = (
+        Quarantine.objects.select_related("version__adapter__tenant")
+        .filter(pk=quarantine_id)
+        .first()
+    )
+    if quarantine is None:
+        raise NotFound(f"no quarantine {quarantine_id}")
+    if quarantine.lifted_at is not None:
+        raise Conflict(f"quarantine {quarantine_id} was already lifted")
+    if not note.strip():
+        raise Invalid("say why the quarantine can be lifted: a note is required")
+    verify_registry_copy(quarantine.version_id)
+    version = quarantine.version
+    with transaction.atomic():
+        open_ = Quarantine.objects.select_for_update().filter(
+            version=version, lifted_at__isnull=True
+        )
+        nodes = sorted(open_.values_list("node", flat=True))
+        open_.update(lifted_at=timezone.now(), lifted_by=principal.user, lift_note=note)
+        tenant_services.record_event(
+            action="version.quarantine_lift",
+            obj=version,
+            actor=principal.user,
+            tenant=version.adapter.tenant,
+            after={"nodes": nodes},
+            note=note,
+        )
+        publish_change("quarantine", version_id=version.pk)
+    logger.info("quarantine of version %s lifted on %s", version.pk, ", ".join(nodes))
+    return nodes
