@@ -252,10 +252,12 @@ if CELERY_BROKER_URL:
     CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or CELERY_BROKER_URL
 else:
     _queue_dir = VAR_DIR / "celery"
-    for _sub in ("queue", "processed", "results"):
+    for _sub in ("queue", "processed", "results", "control"):
         (_queue_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
+        # the exchange tables too, or kombu writes them to ./control in the working directory
+        "control_folder": str(_queue_dir / "control"),
         "data_folder_in": str(_queue_dir / "queue"),
         "data_folder_out": str(_queue_dir / "queue"),
         "processed_folder": str(_queue_dir / "processed"),
@@ -263,6 +265,16 @@ else:
     }
     CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or f"file://{_queue_dir / 'results'}"
 CELERY_TASK_ACKS_LATE = True
+# A version still validating this long after its upload is queued again (worker killed
+# mid-task, message lost); `celery beat` (or `manage.py up`'s worker, started with -B) runs
+# the sweep every 5 minutes, and each worker once at start.
+LORAHUB_VALIDATION_STALE_S = env_int("LORAHUB_VALIDATION_STALE_S", 600, minimum=10)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-stale-validations": {
+        "task": "apps.registry.tasks.sweep_stale_validations",
+        "schedule": 300.0,
+    }
+}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"

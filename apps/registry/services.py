@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
@@ -260,6 +261,25 @@ def _gather_files(version: AdapterVersion, work: Path) -> Path:
         for n in rel:
             shutil.move(root / n, folder / n)
     return folder
+
+
+def requeue_stale_validations(*, older_than_s: float) -> list[int]:
+    """Queue validation again for versions still ``validating`` ``older_than_s`` after their
+    upload: the worker died mid-task or the broker lost the message. Safe to repeat:
+    ``validate_version`` judges a version once (row lock + state check), so a duplicate
+    task finds it judged and does nothing."""
+    from apps.registry import tasks
+
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    stale = list(
+        AdapterVersion.objects.filter(state=VersionState.VALIDATING, created_at__lt=cutoff)
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+    )
+    for version_id in stale:
+        logger.warning("version %s is still validating; queueing its validation again", version_id)
+        tasks.validate_version.delay(version_id)
+    return stale
 
 
 def validate_version(*, version_id: int) -> AdapterVersion:

@@ -77,6 +77,11 @@ class Command(BaseCommand):
                 "INFO",
                 "--concurrency",
                 "2",
+                # the periodic jobs (the stale-validation sweep): one worker here, so it may
+                # carry the scheduler; production runs `celery -A lorahub beat` once
+                "--beat",
+                "--schedule",
+                str(settings.VAR_DIR / "celerybeat-schedule"),
             ],
         }
         node_envs: dict[str, dict[str, str]] = {}
