@@ -310,8 +310,16 @@ def test_node_loss_drill(world, operator):
     it within its health checks, the alias is served by the other node; restarted, the node
     registers again and takes its aliases back."""
     router, key, nodes = world["router"], world["key"], world["nodes"]
+    client = operator_client()
+
+    def state() -> str | None:
+        return {n["name"]: n["state"] for n in client.get("/api/nodes").json()}.get(owner.name)
+
     owner = nodes[complete(router.url, key).headers["x-lorahub-node"]]
     survivor = next(n for n in nodes.values() if n is not owner)
+    # the test database was emptied after the last test: let the owner's heartbeat write its
+    # row again, or there is nothing to show as lost
+    wait_until(lambda: state() == "ready", "the owner's registry row")
     started: queue.Queue = queue.Queue()
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         running = [pool.submit(stream, router.url, key, 460, started) for _ in range(3)]
@@ -335,11 +343,6 @@ def test_node_loss_drill(world, operator):
     timeline.append(("alias served again", time.monotonic() - killed))
     assert answer.headers["x-lorahub-node"] == survivor.name
     assert answer.json()["choices"][0]["text"].strip().startswith(V1)
-    client = operator_client()
-
-    def state() -> str | None:
-        return {n["name"]: n["state"] for n in client.get("/api/nodes").json()}.get(owner.name)
-
     wait_until(
         lambda: state() == "lost",
         "the registry to show the killed node as lost",
