@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import DataError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
@@ -37,6 +38,22 @@ def domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 def model_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     return api.create_response(
         request, {"detail": " ".join(exc.messages), "code": "conflict"}, status=409
+    )
+
+
+@api.exception_handler(DataError)
+def unstorable_value(request: HttpRequest, exc: DataError) -> HttpResponse:
+    """A value the database cannot hold (a NUL character, a number out of range): the
+    caller's input, not a server fault; the failed statement stored nothing."""
+    logger.info("refused an unstorable value on %s: %s", request.path, exc)
+    return api.create_response(
+        request,
+        {
+            "detail": "a value in the request cannot be stored (a NUL character, or a number "
+            "out of range); remove it and send the request again",
+            "code": "invalid_value",
+        },
+        status=400,
     )
 
 

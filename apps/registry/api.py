@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from django.http import HttpRequest
 from ninja import File, Form, Query, Router, Schema, Status
@@ -293,7 +294,11 @@ def list_adapter_versions(request: HttpRequest, adapter_id: str, tenant: str | N
 
 
 @router.get("/versions", response=list[VersionOut])
-def list_versions(request: HttpRequest, state: VersionState | None = None, limit: int = 100):
+def list_versions(
+    request: HttpRequest,
+    state: VersionState | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+):
     """Versions you can see, newest first; reviewers use `?state=pending_review` as a queue."""
     qs = visible_versions(request.auth)
     if state:
@@ -412,7 +417,10 @@ def signing_keys(request: HttpRequest):
 
 @router.get("/audit", response=list[AuditOut])
 def audit(
-    request: HttpRequest, tenant: str | None = None, action: str | None = None, limit: int = 200
+    request: HttpRequest,
+    tenant: str | None = None,
+    action: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ):
     """Operators see every event; a tenant admin sees their own tenant's."""
     principal: Principal = request.auth
