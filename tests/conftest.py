@@ -370,11 +370,18 @@ class NodeProcess:
     database, Redis and the S3 server, with its own folder (cache config, disk cache, log).
     ``start`` may be called again after ``kill``/``stop``: same name, port and disk cache."""
 
-    def __init__(self, work: Path, s3_server: str, name: str = "test-node", **env: str) -> None:
+    def __init__(
+        self,
+        work: Path,
+        s3_server: str,
+        name: str = "test-node",
+        config: str = NODE_CACHE_CONFIG,
+        **env: str,
+    ) -> None:
         self.work, self.name, self.port = work, name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
-        (work / "cache.yaml").write_text(NODE_CACHE_CONFIG)
+        (work / "cache.yaml").write_text(config)
         self.env = {
             **os.environ,
             "DATABASE_URL": child_database_url(),

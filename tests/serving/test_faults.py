@@ -1,0 +1,147 @@
+"""Faults injected into real parts, each showing the system keeps serving what it can, answers
+the rest cleanly, and recovers by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from apps.serving import demo_corpus as corpus
+from apps.tenants import services as tenant_services
+from apps.tenants.choices import Priority
+from tests.conftest import NODE_CACHE_CONFIG, S3_ENV, NodeProcess, free_port, stop, wait_for_port
+from tests.helpers import publish
+
+pytestmark = pytest.mark.engine
+
+PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
+V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
+# short load deadlines, so that an outage shows in seconds: a standard tenant gets the base
+# model (degrade), a batch tenant a 503 with Retry-After
+FAST_SLA = """
+  load_queue:
+    sla:
+      premium:  {deadline_ms: 2000, on_overload: wait}
+      standard: {deadline_ms: 2000, on_overload: degrade}
+      batch:    {deadline_ms: 2000, on_overload: reject}
+"""
+
+
+@pytest.fixture
+def private_s3(settings) -> Iterator[tuple[subprocess.Popen, str]]:
+    """An S3 server of this test's own (the session's is shared), with the store pointed at it."""
+    from apps.registry import storage
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, proc)
+    settings.LORAHUB_S3_ENDPOINT = f"http://127.0.0.1:{port}"
+    settings.LORAHUB_S3_BUCKET = S3_ENV["LORAHUB_S3_BUCKET"]
+    settings.LORAHUB_S3_ACCESS_KEY = S3_ENV["LORAHUB_S3_ACCESS_KEY"]
+    settings.LORAHUB_S3_SECRET_KEY = S3_ENV["LORAHUB_S3_SECRET_KEY"]
+    storage.get_store.cache_clear()
+    try:
+        yield proc, settings.LORAHUB_S3_ENDPOINT
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        stop(proc)
+        storage.get_store.cache_clear()
+
+
+def ask(node: NodeProcess, key: str) -> httpx.Response:
+    return httpx.post(
+        f"{node.url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "support", "prompt": PROMPT, "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
+
+
+def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
+    private_s3, signing_key, base_model, reviewer, demo_dir, tmp_path, transactional_db
+):
+    from apps.registry import aliases
+    from apps.tenants.auth import principal_for_key
+
+    s3, s3_url = private_s3
+    standard = tenant_services.create_tenant(slug="std", name="Standard")
+    batch = tenant_services.create_tenant(slug="bat", name="Batch", priority=Priority.BATCH)
+    folder = demo_dir / "adapters"
+    keys, rows, versions = {}, {}, {}
+    for tenant in (standard, batch):
+        versions[tenant.slug] = {
+            name: publish(tenant, "support", name, folder / src, reviewer)
+            for name, src in (("v1", "support-v1"), ("v2", "support-v2"))
+        }
+        rows[tenant.slug], keys[tenant.slug] = tenant_services.issue_api_key(
+            tenant=tenant, name="app", actor=None
+        )
+        aliases.set_alias(
+            principal=principal_for_key(rows[tenant.slug]),
+            tenant=tenant,
+            name="support",
+            version_id=versions[tenant.slug]["v1"],
+        )
+    (tmp_path / "node").mkdir()
+    node = NodeProcess(
+        tmp_path / "node",
+        s3_url,
+        name="fault-node",
+        config=NODE_CACHE_CONFIG + FAST_SLA,
+    )
+    node.start()
+    try:
+        node.wait_ready()
+        for slug in keys:  # v1 lands on disk and in the engine
+            first = ask(node, keys[slug])
+            assert first.status_code == 200, first.text
+            assert first.headers["x-lorahub-cache-tier"] == "L4"
+
+        os.kill(s3.pid, signal.SIGSTOP)  # the registry hangs: no answer at all
+        outage = time.monotonic()
+        for slug in keys:  # what is cached keeps serving
+            hot = ask(node, keys[slug])
+            assert hot.status_code == 200 and hot.headers["x-lorahub-cache-tier"] == "L1"
+            assert hot.json()["choices"][0]["text"].strip().startswith(V1)
+        for slug in keys:  # a cold version: the registry is needed
+            aliases.set_alias(
+                principal=principal_for_key(rows[slug]),
+                tenant=standard if slug == "std" else batch,
+                name="support",
+                version_id=versions[slug]["v2"],
+            )
+        time.sleep(1.0)  # the node follows the move (it polls or hears the broadcast)
+        degraded = ask(node, keys["std"])
+        assert degraded.status_code == 200, degraded.text
+        assert degraded.headers.get("x-lorahub-degraded") == "1"  # the base model answered
+        refused = ask(node, keys["bat"])
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["retry-after"]
+        assert refused.json()["error"]["code"] in ("load_deadline", "load_queue_full")
+        assert httpx.get(f"{node.url}/healthz", timeout=5).status_code == 200
+
+        os.kill(s3.pid, signal.SIGCONT)  # the registry is back
+        recovered = None
+        deadline = time.monotonic() + 90
+        while recovered is None:
+            answer = ask(node, keys["std"])
+            if answer.status_code == 200 and "x-lorahub-degraded" not in answer.headers:
+                recovered = answer
+            assert time.monotonic() < deadline, "the node did not recover after the outage"
+            time.sleep(0.5)
+        assert recovered.headers["x-lorahub-adapter"] == "support@v2"
+        assert recovered.json()["choices"][0]["text"].strip().startswith(V2)
+        print(f"s3 outage: recovered {time.monotonic() - outage:.1f} s after it began")
+    finally:
+        node.stop()
