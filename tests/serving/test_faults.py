@@ -145,3 +145,48 @@ def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
         print(f"s3 outage: recovered {time.monotonic() - outage:.1f} s after it began")
     finally:
         node.stop()
+
+
+def test_a_node_killed_mid_landing_uses_nothing_half_landed_after_its_restart(
+    private_s3, signing_key, base_model, tenant_b, reviewer, demo_dir, tmp_path, transactional_db
+):
+    """kill -9 while a version is being landed on disk (L3): the restarted node throws the
+    half-landed folder away and lands the version again from the registry."""
+    from apps.registry import aliases
+    from apps.tenants.auth import principal_for_key
+
+    s3, s3_url = private_s3
+    v1 = publish(tenant_b, "support", "v1", demo_dir / "adapters" / "support-v1", reviewer)
+    row, key = tenant_services.issue_api_key(tenant=tenant_b, name="app", actor=None)
+    aliases.set_alias(
+        principal=principal_for_key(row), tenant=tenant_b, name="support", version_id=v1
+    )
+    (tmp_path / "node").mkdir()
+    node = NodeProcess(
+        tmp_path / "node", s3_url, name="fault-node", config=NODE_CACHE_CONFIG + FAST_SLA
+    )
+    cache = tmp_path / "node" / "cache"
+    node.start()
+    try:
+        node.wait_ready()
+        os.kill(s3.pid, signal.SIGSTOP)  # the download will hang half-way
+        assert ask(node, key).headers.get("x-lorahub-degraded") == "1"  # meanwhile: base
+        deadline = time.monotonic() + 30
+        while not list(cache.glob("t*/*/.landing-*")):
+            assert time.monotonic() < deadline, "no landing started"
+            time.sleep(0.1)
+        node.kill()  # mid-landing
+        half = list(cache.glob("t*/*/.landing-*"))
+        assert half, "the half-landed folder should still be there after the kill"
+        assert not list(cache.glob("t*/*/*/.seal.json"))  # nothing was sealed
+        os.kill(s3.pid, signal.SIGCONT)
+
+        node.start().wait_ready()
+        assert not any(path.exists() for path in half)  # thrown away at start
+        answer = ask(node, key)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-lorahub-cache-tier"] == "L4"  # landed again, in full
+        assert answer.json()["choices"][0]["text"].strip().startswith(V1)
+        assert len(list(cache.glob("t*/*/*/.seal.json"))) == 1
+    finally:
+        node.stop()
