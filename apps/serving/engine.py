@@ -124,6 +124,10 @@ class EngineNotReady(RuntimeError):
     """The engine is starting, restarting or dead; the request may be retried."""
 
 
+class EngineDied(EngineNotReady):
+    """The engine died while generating this request (its watchdog restarts it)."""
+
+
 class Engine:
     """An async vLLM engine with LoRA enabled. Use from one event loop."""
 
@@ -248,6 +252,7 @@ class Engine:
         """Yield deltas as vLLM produces them. Closing the iterator aborts the request."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
 
         llm = self._require()
         params = SamplingParams(
@@ -263,7 +268,9 @@ class Engine:
         lora = self._lora_request(adapter) if adapter is not None else None
         finished = False
         try:
-            async for out in llm.generate(engine_prompt, params, rid, lora_request=lora):
+            async for out in self._guarded(
+                llm.generate(engine_prompt, params, rid, lora_request=lora), EngineDeadError
+            ):
                 piece = out.outputs[0]
                 finished = out.finished
                 yield Delta(
@@ -274,8 +281,17 @@ class Engine:
                     prompt_tokens=len(out.prompt_token_ids or ()),
                 )
         finally:
-            if not finished:
+            if not finished and not llm.errored:
                 await llm.abort(rid)
+
+    @staticmethod
+    async def _guarded(outputs: AsyncGenerator[Any, None], dead: type[Exception]):
+        """vLLM's outputs, with its engine-died error turned into ``EngineDied``."""
+        try:
+            async for out in outputs:
+                yield out
+        except dead as exc:
+            raise EngineDied(str(exc) or "the engine core exited") from None
 
     async def complete(
         self,

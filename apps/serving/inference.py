@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from apps.registry.aliases import ResolvedVersion
 from apps.serving import openai_api as oai
 from apps.serving.directory import Caller
-from apps.serving.engine import EngineNotReady, Sampling
+from apps.serving.engine import EngineDied, EngineNotReady, Sampling
 from apps.serving.fleet import node_header
 from apps.serving.placement import (
     AdapterIntegrityError,
@@ -447,6 +447,18 @@ class Inference:
         except asyncio.CancelledError:
             status = 499  # the client went away; closing `deltas` aborts the request in vLLM
             raise
+        except EngineDied:
+            status = 503
+            logger.error("the engine died during a streamed generation")
+            yield oai.sse(
+                oai.ApiError(
+                    503,
+                    "the engine stopped during this generation and is restarting; "
+                    "send the request again in a few seconds",
+                    type_="server_error",
+                    code="engine_restarting",
+                ).body()
+            )
         except Exception:
             status = 500
             logger.exception("streamed generation failed")

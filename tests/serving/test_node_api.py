@@ -4,6 +4,7 @@ on the demo model) on PostgreSQL, Redis and the S3 server, driven through the co
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 
 import httpx
@@ -578,7 +579,36 @@ def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
         for c in node.children(recursive=True)
         if "EngineCore" in c.name() or any("EngineCore" in part for part in (c.cmdline() or []))
     )
-    os.kill(core.pid, signal.SIGKILL)
+    started, ended = threading.Event(), {}
+
+    def long_stream() -> None:
+        body = {"model": "support", "prompt": PROMPT, "max_tokens": 480, "stream": True}
+        body.update(temperature=1.0, seed=3)
+        text = ""
+        try:
+            with httpx.stream(
+                "POST",
+                f"{url}/v1/completions",
+                headers={"Authorization": f"Bearer {world['a_key']}"},
+                json=body,
+                timeout=httpx.Timeout(60, read=30),
+            ) as answer:
+                for chunk in answer.iter_text():
+                    started.set()
+                    text += chunk
+        except httpx.HTTPError as exc:
+            ended["transport_error"] = type(exc).__name__
+        ended["text"] = text
+
+    streaming = threading.Thread(target=long_stream)
+    streaming.start()
+    assert started.wait(60), "the stream did not start"
+    os.kill(core.pid, signal.SIGKILL)  # mid-stream
+    streaming.join(timeout=60)
+    assert not streaming.is_alive(), "the stream hung after the engine died"
+    # cut short with an error event the client can act on, not a silent or clean finish
+    assert '"code":"engine_restarting"' in ended["text"].replace(" ", ""), ended
+    assert "[DONE]" not in ended["text"]
     statuses = []
     deadline = time.monotonic() + 240
     while True:
