@@ -380,9 +380,17 @@ class Node:
                             self._spawn(self.refresh_quarantines())
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("change channel lost; reconnecting", exc_info=True)
-                await asyncio.sleep(1.0)
+            except Exception as exc:
+                # Until the channel is back, watch the database's change marker instead, so
+                # alias moves still arrive within about a second (not at the next refresh).
+                logger.warning("change channel lost (%s); polling until it is back", exc)
+                try:
+                    if await asyncio.to_thread(self.directory.poll):
+                        await self.reload_config()
+                        await self.refresh_quarantines()
+                except Exception:
+                    logger.warning("polling for changes failed too", exc_info=True)
+                await asyncio.sleep(POLL_S * 2)
             finally:
                 await client.aclose()
 
