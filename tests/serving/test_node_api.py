@@ -560,6 +560,47 @@ def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):
         time.sleep(0.05)
 
 
+def test_a_rollback_under_running_streams_lets_them_finish_and_sends_new_requests_back(world):
+    key, url, control = world["a_key"], world["url"], world["control"]
+    moved = control.put(
+        "/api/aliases/support",
+        {"version_id": world["versions"]["v2"]},
+        content_type="application/json",
+    )
+    assert moved.status_code == 200
+    serves_within(world["a"], V2, seconds=10)
+    started = threading.Semaphore(0)
+
+    def stream() -> dict:
+        body = {"model": "support", "prompt": PROMPT, "max_tokens": 300, "stream": True}
+        body.update(temperature=1.0, seed=5)
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            json=body,
+            timeout=120,
+            headers={"Authorization": f"Bearer {key}"},
+        ) as answer:
+            chunks = []
+            for chunk in answer.iter_text():
+                if not chunks:
+                    started.release()
+                chunks.append(chunk)
+            return {"adapter": answer.headers["x-lorahub-adapter"], "text": "".join(chunks)}
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        running = [pool.submit(stream) for _ in range(3)]
+        for _ in running:
+            assert started.acquire(timeout=60)
+        rolled = control.post("/api/aliases/support/rollback", {}, content_type="application/json")
+        assert rolled.status_code == 200, rolled.content
+        after = [complete(world["a"]) for _ in range(3)]  # while the streams still run
+        finished = [f.result(timeout=120) for f in running]
+    assert all(f["adapter"] == "support@v2" and "[DONE]" in f["text"] for f in finished)
+    assert {h["x-lorahub-adapter"] for _, h in after} <= {"support@v1", "support@v2"}
+    serves_within(world["a"], V1, seconds=10)  # new requests get the old version back
+
+
 def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
     """Last in this file: it kills the shared node's engine core."""
     import os
