@@ -14,6 +14,14 @@ from apps.tenants import services as tenant_services
 from apps.tenants.choices import PlatformRole
 from lorahub.wsgi import application
 
+
+@pytest.fixture(autouse=True)
+def fresh_install(settings, tmp_path):
+    """As on a fresh clone: no signing key has been created yet."""
+    settings.LORAHUB_SIGNING_KEY = ""
+    settings.LORAHUB_SIGNING_KEY_FILE = tmp_path / "no-signing-key.pem"
+
+
 CHECKS = [not_a_server_error, response_schema_conformance]
 EXAMPLES = 40  # per operation and persona
 CSRF = "x" * 32  # any token works when the cookie and the header agree

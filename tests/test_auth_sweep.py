@@ -14,6 +14,14 @@ from apps.registry.models import Adapter, AdapterVersion
 from apps.tenants import services as tenant_services
 from lorahub.api import api
 
+
+@pytest.fixture(autouse=True)
+def fresh_install(settings, tmp_path):
+    """As on a fresh clone: no signing key has been created yet."""
+    settings.LORAHUB_SIGNING_KEY = ""
+    settings.LORAHUB_SIGNING_KEY_FILE = tmp_path / "no-signing-key.pem"
+
+
 pytestmark = pytest.mark.django_db
 
 # operations only an operator may call (a reviewer's are listed apart)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Annotated
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from ninja import File, Form, Query, Router, Schema, Status
 from ninja.files import UploadedFile
@@ -17,6 +19,7 @@ from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import Forbidden, Invalid, NotFound
 from apps.tenants.models import AuditEvent, Tenant
 
+logger = logging.getLogger(__name__)
 router = Router(tags=["registry"], auth=API_AUTH)
 
 
@@ -407,8 +410,16 @@ def rollback_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str 
 
 @router.get("/signing-keys", response=list[SigningKeyOut])
 def signing_keys(request: HttpRequest):
-    """The public keys serving nodes verify signatures with (id → raw Ed25519, base64)."""
-    current = keys.register_current_key()
+    """The public keys serving nodes verify signatures with (id → raw Ed25519, base64).
+
+    Answers from what was published even where this process has no private key (a
+    control plane that does not sign, a fresh install before `init_signing_key`): no key is
+    then marked current."""
+    try:
+        current = keys.register_current_key()
+    except ImproperlyConfigured as exc:
+        logger.warning("no signing key here (%s); listing the published keys only", exc)
+        current = None
     return [
         {"key_id": kid, "algorithm": "ed25519", "public_key": pub, "current": kid == current}
         for kid, pub in keys.published_public_keys().items()
