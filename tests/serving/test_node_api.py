@@ -329,6 +329,38 @@ def internal(world, path, body=None, token=NODE_INTERNAL_TOKEN):
     return httpx.post(f"{world['url']}/internal/{path}", json=body, headers=headers, timeout=60)
 
 
+def test_keys_and_tokens_never_reach_the_logs(world, node_work, tenant_a, caplog):
+    """Requests with a good key, a revoked one, a malformed one and the internal token, to the
+    node and to the REST API: none of the secrets appears in the node's log or ours."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    revoked_row, revoked = tenant_services.issue_api_key(tenant=tenant_a, name="old", actor=None)
+    tenant_services.revoke_api_key(key=revoked_row, actor=None)
+    secrets_used = [world["a_key"], revoked, NODE_INTERNAL_TOKEN, "lh_deadbeef_not-a-real-key"]
+    log = node_work / "node.log"
+    before = log.stat().st_size
+    for key in secrets_used:
+        for path in ("/v1/completions", "/v1/models", "/internal/cache", "/metrics"):
+            httpx.post(
+                f"{world['url']}{path}",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": "support", "prompt": PROMPT, "max_tokens": 1},
+                timeout=60,
+            )
+        Client(HTTP_AUTHORIZATION=f"Bearer {key}").get("/api/aliases")
+    time.sleep(1.5)  # the node's statistics and log lines of these requests are written
+    with log.open("rb") as fh:
+        fh.seek(before)
+        node_lines = fh.read().decode(errors="replace")
+    assert node_lines, "the node logged nothing for these requests"
+    for secret in secrets_used:
+        assert secret not in node_lines
+        assert secret not in caplog.text
+        # nor the secret part alone (what follows the public prefix)
+        assert secret.split("_", 2)[-1] not in node_lines
+
+
 def test_the_internal_api_needs_its_token_and_names_versions_not_paths(world):
     assert internal(world, "cache", token=None).status_code == 401
     assert internal(world, "cache", token="guess").status_code == 401
