@@ -1,13 +1,15 @@
-"""Helpers for tests that drive the registry: API clients, uploads, adapter edits."""
+"""Helpers for tests: API clients, uploads, adapter edits, streamed completions."""
 
 from __future__ import annotations
 
 import io
 import json
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 from django.test import Client
 
 from apps.registry import services
@@ -159,3 +161,42 @@ def count_queries():
 
     with connection.execute_wrapper(record):
         yield statements
+
+
+def stream_completion(
+    url: str,
+    key: str,
+    *,
+    prompt: str,
+    max_tokens: int,
+    seed: int = 3,
+    on_first_chunk: Callable[[str | None], None] | None = None,
+) -> dict:
+    """A sampled streamed completion from a node (sampled: long answers, not an early end).
+
+    ``on_first_chunk`` gets the answering node's name once the first chunk has arrived.
+    Returns the status, the adapter and node headers, the text, whether it ended with
+    ``[DONE]``, and the transport error's name if the connection broke.
+    """
+    body = {"model": "support", "prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    body.update(temperature=1.0, seed=seed)
+    out: dict = {"status": None, "node": None, "adapter": None, "text": "", "error": None}
+    try:
+        with httpx.stream(
+            "POST",
+            f"{url}/v1/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json=body,
+            timeout=httpx.Timeout(120, read=60),
+        ) as response:
+            out["status"] = response.status_code
+            out["node"] = response.headers.get("x-lorahub-node")
+            out["adapter"] = response.headers.get("x-lorahub-adapter")
+            for chunk in response.iter_text():
+                if on_first_chunk is not None and not out["text"]:
+                    on_first_chunk(out["node"])
+                out["text"] += chunk
+    except httpx.HTTPError as exc:
+        out["error"] = type(exc).__name__
+    out["done"] = "data: [DONE]" in out["text"]
+    return out

@@ -8,12 +8,9 @@ from typing import Literal
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from apps.registry.models import Alias
 from apps.serving import config, fleet, nodes, quarantine
-from apps.tenants import services as tenant_services
 from apps.tenants.auth import API_AUTH, Principal
-from apps.tenants.errors import Invalid, NotFound
-from apps.tenants.models import Tenant
+from apps.tenants.errors import Invalid
 
 router = Router(tags=["cache"], auth=API_AUTH)
 
@@ -72,17 +69,8 @@ class AliasActionIn(Schema):
 
 def _alias_action(request: HttpRequest, body: AliasActionIn, verb: str) -> dict:
     principal = _operator(request)
-    tenant = Tenant.objects.filter(slug=body.tenant).first()
-    alias = Alias.objects.filter(tenant=tenant, name=body.alias).first() if tenant else None
-    if tenant is None or alias is None:
-        raise NotFound(f"tenant '{body.tenant}' has no alias '{body.alias}'")
-    results = nodes.alias_action(tenant=tenant, alias=body.alias, verb=verb, tier=body.tier)
-    tenant_services.record_event(
-        action=f"alias.{verb}",
-        obj=alias,
-        actor=principal.user,
-        tenant=tenant,
-        after={"tier": body.tier, "nodes": sorted({r["node"] for r in results})},
+    results = nodes.alias_action(
+        tenant_slug=body.tenant, alias=body.alias, verb=verb, tier=body.tier, actor=principal.user
     )
     return {"alias": body.alias, "tier": body.tier, "results": results}
 

@@ -1,7 +1,7 @@
 """The node registry: each serving node registers itself, heartbeats, and says when it stops.
 
-A node writes its own row (``register`` at start, ``heartbeat`` every
-``LORAHUB_NODE_HEARTBEAT_S``, ``deregister`` on a clean stop); the control plane reads the rows
+A node writes its own row (``heartbeat`` at start and every ``LORAHUB_NODE_HEARTBEAT_S``,
+``deregister`` on a clean stop); the control plane reads the rows
 (``listing``) to show the fleet and to render HAProxy's backend list. A node that stops
 heartbeating is ``lost`` after ``LORAHUB_NODE_LOST_AFTER_S``; its row stays so an operator sees
 what went away, and it comes back by itself when the node restarts under the same name.
@@ -49,7 +49,9 @@ def node_header() -> dict[str, str]:
     return {"X-Lorahub-Node": settings.LORAHUB_NODE_NAME}
 
 
-def register(identity: Identity, *, engine: str, started_at: datetime) -> None:
+def heartbeat(identity: Identity, *, engine: str, started_at: datetime) -> None:
+    """Write the node's row: at start, every few seconds after, and when its engine changes
+    state (re-creating the row if it was deleted, e.g. a database restored)."""
     now = timezone.now()
     ServingNode.objects.update_or_create(
         name=identity.name,
@@ -61,11 +63,6 @@ def register(identity: Identity, *, engine: str, started_at: datetime) -> None:
             "stopped_at": None,
         },
     )
-
-
-def heartbeat(identity: Identity, *, engine: str, started_at: datetime) -> None:
-    """Refresh the node's row (re-creating it if it was deleted, e.g. a database restored)."""
-    register(identity, engine=engine, started_at=started_at)
 
 
 def deregister(name: str, *, started_at: datetime) -> None:

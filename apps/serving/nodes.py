@@ -122,8 +122,9 @@ def route_key(api_key_prefix: str, model: str) -> str:
     return f"{api_key_prefix}/{model}"
 
 
-def alias_action(*, tenant, alias: str, verb: str, tier: str) -> list[dict]:
-    """Warm or evict an alias's versions (stable and canary) on the node(s) that own it.
+def alias_action(*, tenant_slug: str, alias: str, verb: str, tier: str, actor) -> list[dict]:
+    """Warm or evict an alias's versions (stable and canary) on the node(s) that own it;
+    audited as ``alias.warm`` / ``alias.evict`` with the nodes reached.
 
     With a router, one call per active API key of the tenant goes through HAProxy with that
     key's routing key, so each lands where that key's requests for the alias land; a tenant
@@ -131,21 +132,26 @@ def alias_action(*, tenant, alias: str, verb: str, tier: str) -> list[dict]:
     call: the node that answered and its answer, or the error.
     """
     from apps.registry.aliases import load_alias_snapshot
+    from apps.registry.models import Alias
+    from apps.tenants import services as tenant_services
     from apps.tenants.models import ApiKey
 
     if verb not in ("warm", "evict") or tier not in TIERS:
         raise NotFound(f"no alias action {verb} to {tier}")
-    snapshot = load_alias_snapshot(tenant_id=tenant.id, name=alias)
-    if snapshot is None:
-        raise NotFound(f"tenant '{tenant.slug}' has no alias '{alias}'")
+    found = (
+        Alias.objects.select_related("tenant").filter(tenant__slug=tenant_slug, name=alias).first()
+    )
+    snapshot = load_alias_snapshot(tenant_id=found.tenant_id, name=alias) if found else None
+    if found is None or snapshot is None:
+        raise NotFound(f"tenant '{tenant_slug}' has no alias '{alias}': check both names")
     versions = [snapshot.stable] + ([snapshot.canary] if snapshot.canary else [])
     if settings.LORAHUB_ROUTER_INTERNAL_URL:
         prefixes = list(
-            ApiKey.objects.active().filter(tenant=tenant).values_list("prefix", flat=True)
+            ApiKey.objects.active().filter(tenant=found.tenant).values_list("prefix", flat=True)
         )
         if not prefixes:
             raise Conflict(
-                f"tenant '{tenant.slug}' has no active API key, so no request can reach "
+                f"tenant '{tenant_slug}' has no active API key, so no request can reach "
                 f"'{alias}' and no node owns it; create a key first"
             )
         router = Node(name="router", url=settings.LORAHUB_ROUTER_INTERNAL_URL)
@@ -166,4 +172,11 @@ def alias_action(*, tenant, alias: str, verb: str, tier: str) -> list[dict]:
                 results.append({"node": answer.pop("node", node.name), "result": answer})
             except DomainError as exc:
                 results.append({"node": node.name, "error": exc.message})
+    tenant_services.record_event(
+        action=f"alias.{verb}",
+        obj=found,
+        actor=actor,
+        tenant=found.tenant,
+        after={"tier": tier, "nodes": sorted({r["node"] for r in results})},
+    )
     return results

@@ -309,21 +309,23 @@ def prewarm_candidates(config: CacheConfig, node: str = "") -> list[ResolvedVers
         if prewarm.from_stats_hours > 0 and prewarm.top > 0:
             since = datetime.now(UTC) - timedelta(hours=prewarm.from_stats_hours)
             fields = ("tenant_id", "adapter_id", "version")
-            busiest = list(
-                RequestLog.objects.filter(at__gte=since, node=node, tenant__isnull=False)
-                .exclude(adapter_id="")
-                .values(*fields)
-                .annotate(n=Count("id"))
-                .order_by("-n")[: prewarm.top]
-                if node
-                else []
-            ) or list(
-                RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
-                .exclude(adapter_id="")
-                .values(*fields)
-                .annotate(n=Sum("requests"))
-                .order_by("-n")[: prewarm.top]
-            )
+            busiest = []
+            if node:  # what this node answered
+                busiest = list(
+                    RequestLog.objects.filter(at__gte=since, node=node, tenant__isnull=False)
+                    .exclude(adapter_id="")
+                    .values(*fields)
+                    .annotate(n=Count("id"))
+                    .order_by("-n")[: prewarm.top]
+                )
+            if not busiest:  # a node without history: the whole fleet's counts
+                busiest = list(
+                    RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
+                    .exclude(adapter_id="")
+                    .values(*fields)
+                    .annotate(n=Sum("requests"))
+                    .order_by("-n")[: prewarm.top]
+                )
             for row in busiest:
                 version_id = (
                     AdapterVersion.objects.filter(

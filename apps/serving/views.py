@@ -428,23 +428,13 @@ def alias_action(request: HttpRequest, verb: str) -> HttpResponse:
     tier, slug, name = (request.POST.get(k, "").strip() for k in ("tier", "tenant", "alias"))
     if verb not in ("warm", "evict") or tier not in nodes.TIERS:
         raise Http404("no such alias action")
-    tenant = Tenant.objects.filter(slug=slug).first()
-    alias = Alias.objects.filter(tenant=tenant, name=name).first() if tenant else None
-    if alias is None:
-        messages.error(request, f"tenant '{slug}' has no alias '{name}': check both names")
-        return redirect(back)
     try:
-        outcome = nodes.alias_action(tenant=tenant, alias=name, verb=verb, tier=tier)
+        outcome = nodes.alias_action(
+            tenant_slug=slug, alias=name, verb=verb, tier=tier, actor=principal_of(request).user
+        )
     except DomainError as exc:
         messages.error(request, exc.message)
         return redirect(back)
-    tenant_services.record_event(
-        action=f"alias.{verb}",
-        obj=alias,
-        actor=principal_of(request).user,
-        tenant=tenant,
-        after={"tier": tier, "nodes": sorted({r["node"] for r in outcome})},
-    )
     failed = [f"{r['node']}: {r['error']}" for r in outcome if "error" in r]
     reached = sorted({r["node"] for r in outcome if "error" not in r})
     if reached:

@@ -26,7 +26,7 @@ from apps.serving.models import ServingNode
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey
 from tests.conftest import NODE_INTERNAL_TOKEN, NodeProcess, free_port, stop, wait_for_port
-from tests.helpers import user_client
+from tests.helpers import stream_completion, user_client
 
 pytestmark = pytest.mark.engine
 
@@ -159,29 +159,12 @@ def complete(url: str, key: str, *, model: str = "support", max_tokens: int = 8)
     )
 
 
-def stream(url: str, key: str, max_tokens: int, started: queue.Queue | None = None):
-    """A streamed completion: the node that answered and whether the stream ended cleanly.
-    The answering node's name goes to ``started`` once the first chunk has arrived."""
-    body = {"model": "support", "prompt": PROMPT, "max_tokens": max_tokens, "stream": True}
-    body.update(temperature=1.0, seed=3)  # sampled: long answers, not an early end
-    node = None
-    try:
-        with httpx.stream(
-            "POST",
-            f"{url}/v1/completions",
-            headers={"Authorization": f"Bearer {key}"},
-            json=body,
-            timeout=httpx.Timeout(120, read=60),
-        ) as response:
-            node = response.headers.get("x-lorahub-node")
-            chunks = []
-            for chunk in response.iter_text():
-                if started is not None and not chunks:
-                    started.put(node)
-                chunks.append(chunk)
-            return {"status": response.status_code, "node": node, "done": "[DONE]" in chunks[-1]}
-    except httpx.HTTPError as exc:
-        return {"status": None, "node": node, "done": False, "error": type(exc).__name__}
+def stream(url: str, key: str, max_tokens: int, started: queue.Queue | None = None) -> dict:
+    """A streamed completion; the answering node's name goes to ``started`` at its first
+    chunk."""
+    return stream_completion(
+        url, key, prompt=PROMPT, max_tokens=max_tokens, on_first_chunk=started and started.put
+    )
 
 
 def test_nodes_register_themselves_and_operators_list_them(world, operator):

@@ -132,7 +132,7 @@ def test_node_addresses_haproxy_cannot_use_are_refused(url, message):
 def test_a_node_is_ready_then_lost_then_stopped(settings):
     started = timezone.now()
     identity = registry.Identity(name="n1", url="http://127.0.0.1:9001", max_loras=4)
-    registry.register(identity, engine="starting", started_at=started)
+    registry.heartbeat(identity, engine="starting", started_at=started)
     assert [row["state"] for row in registry.listing()] == ["starting"]
     registry.heartbeat(identity, engine="ready", started_at=started)
     assert registry.listing()[0]["state"] == "ready"
@@ -147,7 +147,7 @@ def test_a_node_is_ready_then_lost_then_stopped(settings):
     assert registry.listing()[0]["state"] == "stopped"
     assert registry.routable() == []
     restarted = timezone.now()
-    registry.register(identity, engine="starting", started_at=restarted)
+    registry.heartbeat(identity, engine="starting", started_at=restarted)
     assert registry.listing()[0]["state"] == "starting"
     assert ServingNode.objects.count() == 1
 
@@ -163,7 +163,7 @@ def test_route_draws_are_reproducible(trace):
 
 def _register(name: str, *, lost: bool = False) -> None:
     started = timezone.now()
-    registry.register(
+    registry.heartbeat(
         registry.Identity(name=name, url="http://127.0.0.1:9", base_model="demo", max_loras=2),
         engine="ready",
         started_at=started,
@@ -223,7 +223,7 @@ def test_alias_actions_name_what_was_wrong_and_record_what_was_done(
 def test_haproxy_config_renders_the_registry_without_stopped_nodes(tmp_path):
     started = timezone.now()
     for name in ("gpu-a", "gpu-b", "gpu-c"):
-        registry.register(
+        registry.heartbeat(
             registry.Identity(name=name, url=f"http://10.0.0.{len(name)}:8001"),
             engine="ready",
             started_at=started,
