@@ -17,7 +17,7 @@ from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
 from apps.serving.api import router as serving_router
 from apps.tenants.api import router as tenants_router
-from apps.tenants.errors import DomainError
+from apps.tenants.errors import DomainError, Throttled
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +29,12 @@ api.add_router("/", serving_router)
 
 @api.exception_handler(DomainError)
 def domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
-    return api.create_response(
+    response = api.create_response(
         request, {"detail": exc.message, "code": exc.code}, status=exc.status
     )
+    if isinstance(exc, Throttled):
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @api.exception_handler(ValidationError)

@@ -332,6 +332,24 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # is the safety net.
 LORAHUB_EVENTS_URL = env_str(
     "LORAHUB_EVENTS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
+# --- API keys -------------------------------------------------------------------------------
+# Repeated bad API keys from one client address get 429 (apps/tenants/throttle.py), on the REST
+# API and on every node: at most LORAHUB_BAD_KEY_LIMIT of them in a moving window ("20/minute",
+# "100/hour"). Counts are per process ("memory://") unless a shared store is named (redis://...).
+LORAHUB_BAD_KEY_LIMIT = env_str("LORAHUB_BAD_KEY_LIMIT", "20/minute")
+LORAHUB_BAD_KEY_STORAGE = env_str("LORAHUB_BAD_KEY_STORAGE", "memory://")
+try:
+    import limits as _limits
+
+    _limits.parse(LORAHUB_BAD_KEY_LIMIT)
+except ValueError:
+    raise ImproperlyConfigured(
+        f"LORAHUB_BAD_KEY_LIMIT={LORAHUB_BAD_KEY_LIMIT!r} is not a rate; write e.g. 20/minute"
+    ) from None
+# Addresses whose X-Forwarded-For the node believes (HAProxy's): the client address that the
+# bad-key throttle counts. Comma-separated, or * for any.
+LORAHUB_NODE_TRUSTED_PROXIES = env_str("LORAHUB_NODE_TRUSTED_PROXIES", "127.0.0.1")
+
 )
 LORAHUB_EVENTS_CHANNEL = env_str("LORAHUB_EVENTS_CHANNEL", "lorahub:changes")
 LORAHUB_NODE_FULL_REFRESH_S = env_int("LORAHUB_NODE_FULL_REFRESH_S", 30, minimum=1)

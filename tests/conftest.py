@@ -464,6 +464,16 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
         node.stop()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_bad_key_counts() -> Iterator[None]:
+    """Each test starts with no bad API keys counted against its client address."""
+    from apps.tenants import throttle
+
+    throttle.bad_keys.cache_clear()
+    yield
+    throttle.bad_keys.cache_clear()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """A fast password hasher for the test personas: Django's PBKDF2 (1,000,000 iterations)

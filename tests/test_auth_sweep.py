@@ -12,6 +12,7 @@ from django.test import Client
 
 from apps.registry.models import Adapter, AdapterVersion
 from apps.tenants import services as tenant_services
+from apps.tenants import throttle
 from lorahub.api import api
 
 
@@ -74,7 +75,9 @@ def test_the_sweep_sees_every_operation_it_names():
     assert len(found) >= 25
 
 
-def test_no_credentials_and_a_revoked_key_are_refused_everywhere(tenant_a):
+def test_no_credentials_and_a_revoked_key_are_refused_everywhere(tenant_a, settings):
+    settings.LORAHUB_BAD_KEY_LIMIT = "1000/minute"  # one revoked key on every operation
+    throttle.bad_keys.cache_clear()
     key_row, key = tenant_services.issue_api_key(tenant=tenant_a, name="gone", actor=None)
     tenant_services.revoke_api_key(key=key_row, actor=None)
     anonymous, revoked = Client(), Client(HTTP_AUTHORIZATION=f"Bearer {key}")

@@ -112,6 +112,9 @@ defaults
 frontend inference
     bind {bind}
     option http-buffer-request
+    # the caller's address for the node (its bad-key throttle counts per address; the node
+    # believes the header from LORAHUB_NODE_TRUSTED_PROXIES only)
+    option forwardfor
     # the node's control API is never public
     http-request deny deny_status 404 if {{ path_beg /internal/ }}
     http-request set-var(txn.model) req.body,json_query('$.model') if {{ method POST }}

@@ -14,9 +14,9 @@ from django.http import HttpRequest
 from ninja.security import HttpBearer
 from ninja.security import SessionAuth as NinjaSessionAuth
 
-from apps.tenants import services
+from apps.tenants import services, throttle
 from apps.tenants.choices import PlatformRole, TenantRole
-from apps.tenants.errors import Forbidden, Invalid, NotFound
+from apps.tenants.errors import Forbidden, Invalid, NotFound, Throttled
 from apps.tenants.models import ApiKey, Membership, Tenant
 
 
@@ -91,11 +91,19 @@ def principal_for_key(key: ApiKey) -> Principal:
 
 
 class ApiKeyAuth(HttpBearer):
-    """``Authorization: Bearer lh_...`` → the key's tenant."""
+    """``Authorization: Bearer lh_...`` → the key's tenant. An address that sent too many bad
+    keys gets 429 for any key until its window has room (``apps/tenants/throttle.py``)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
+        client = request.META.get("REMOTE_ADDR", "")
+        wait_s = throttle.bad_keys().wait_s(client)
+        if wait_s:
+            raise Throttled(throttle.message(wait_s), retry_after=wait_s)
         key = services.authenticate_api_key(token)
-        return principal_for_key(key) if key else None
+        if key is None:
+            throttle.bad_keys().failed(client)
+            return None
+        return principal_for_key(key)
 
 
 class SessionAuth(NinjaSessionAuth):

@@ -40,6 +40,17 @@ class QuotaExceeded(DomainError):
     code = "quota_exceeded"
 
 
+class Throttled(DomainError):
+    """Too many bad API keys from one address; ``retry_after`` seconds until it may try again."""
+
+    status = 429
+    code = "too_many_bad_keys"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class TooLarge(DomainError):
     status = 413
     code = "too_large"

@@ -27,4 +27,7 @@ class Command(BaseCommand):
             workers=1,
             log_level="info",
             timeout_graceful_shutdown=30,
+            # the client address behind HAProxy (its X-Forwarded-For), for the bad-key throttle
+            proxy_headers=True,
+            forwarded_allow_ips=settings.LORAHUB_NODE_TRUSTED_PROXIES,
         )
