@@ -139,7 +139,14 @@ TEMPLATES = [
 _database_url = env_str("DATABASE_URL")
 if _database_url:
     try:
-        DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+        # Persistent connections (60 s), checked before reuse: after a database restart the
+        # next query reconnects instead of failing on the dead connection (the node's threads,
+        # the worker and the console alike).
+        DATABASES = {
+            "default": dj_database_url.parse(
+                _database_url, conn_max_age=60, conn_health_checks=True
+            )
+        }
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
 else:
@@ -325,13 +332,6 @@ LORAHUB_MAX_UPLOAD_MB = env_int("LORAHUB_MAX_UPLOAD_MB", 1024, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
-# --- change events ----------------------------------------------------------------------------
-# Alias, key and quota changes are broadcast to every serving node over Redis pub/sub (works
-# across machines). Defaults to the Celery broker when that is Redis; with no Redis (the embedded
-# default) nodes poll the database's change marker instead. Either way a periodic full refresh
-# is the safety net.
-LORAHUB_EVENTS_URL = env_str(
-    "LORAHUB_EVENTS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
 # --- API keys -------------------------------------------------------------------------------
 # Repeated bad API keys from one client address get 429 (apps/tenants/throttle.py), on the REST
 # API and on every node: at most LORAHUB_BAD_KEY_LIMIT of them in a moving window ("20/minute",
@@ -350,6 +350,13 @@ except ValueError:
 # bad-key throttle counts. Comma-separated, or * for any.
 LORAHUB_NODE_TRUSTED_PROXIES = env_str("LORAHUB_NODE_TRUSTED_PROXIES", "127.0.0.1")
 
+# --- change events ----------------------------------------------------------------------------
+# Alias, key and quota changes are broadcast to every serving node over Redis pub/sub (works
+# across machines). Defaults to the Celery broker when that is Redis; with no Redis (the embedded
+# default) nodes poll the database's change marker instead. Either way a periodic full refresh
+# is the safety net.
+LORAHUB_EVENTS_URL = env_str(
+    "LORAHUB_EVENTS_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else ""
 )
 LORAHUB_EVENTS_CHANNEL = env_str("LORAHUB_EVENTS_CHANNEL", "lorahub:changes")
 LORAHUB_NODE_FULL_REFRESH_S = env_int("LORAHUB_NODE_FULL_REFRESH_S", 30, minimum=1)

@@ -17,22 +17,27 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django.db import DatabaseError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from apps.registry.aliases import ResolvedVersion
+from apps.serving import blocking
 from apps.serving import openai_api as oai
 from apps.serving.directory import Caller
 from apps.serving.engine import EngineDied, EngineNotReady, Sampling
 from apps.serving.fleet import node_header
 from apps.serving.placement import (
     AdapterIntegrityError,
+    DiskFull,
     LoadDeadline,
     LoadQueueFull,
     Owner,
     Placed,
 )
 from apps.serving.stats import RequestRecord
+from apps.tenants.throttle import bad_keys
+from apps.tenants.throttle import message as throttle_message
 
 if TYPE_CHECKING:
     from apps.serving.node import Node
@@ -75,6 +80,19 @@ class Trace:
         return headers
 
 
+def control_plane_unavailable() -> oai.ApiError:
+    """The database is needed (a key or alias this node has not cached) and does not answer:
+    what is cached keeps serving, this request may be sent again."""
+    return oai.ApiError(
+        503,
+        "the node cannot reach the control plane's database to look up this key or model; "
+        "requests it already knows keep working; retry shortly",
+        type_="overloaded_error",
+        code="control_plane_unavailable",
+        retry_after=2,
+    )
+
+
 async def _prepend(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
     try:
         yield first
@@ -100,8 +118,20 @@ class Inference:
                 type_="authentication_error",
                 code="missing_api_key",
             )
-        caller = await asyncio.to_thread(self.node.directory.caller, token.strip())
+        client = request.client.host if request.client else ""
+        throttle = bad_keys()
+        wait_s = throttle.wait_s(client)
+        if wait_s:  # any key, a good one too: a guesser learns nothing while throttled
+            raise oai.ApiError(
+                429,
+                throttle_message(wait_s),
+                type_="rate_limit_error",
+                code="too_many_bad_keys",
+                retry_after=wait_s,
+            )
+        caller = await blocking.run(self.node.directory.caller, token.strip())
         if caller is None:
+            throttle.failed(client)
             raise oai.ApiError(
                 401,
                 "the API key is not valid or has been revoked",
@@ -118,7 +148,7 @@ class Inference:
             trace.tier = "base"
         else:
             trace.alias = model
-            snapshot = await asyncio.to_thread(node.directory.alias, caller.tenant_id, model)
+            snapshot = await blocking.run(node.directory.alias, caller.tenant_id, model)
             if snapshot is None:
                 raise oai.ApiError(
                     404,
@@ -238,6 +268,16 @@ class Inference:
                 code="load_queue_full" if full else "load_deadline",
                 retry_after=1 if full else 2,
             ) from None
+        except DiskFull as exc:
+            logger.error("could not land %s: %s", trace.resolved.label, exc)
+            raise oai.ApiError(
+                503,
+                f"{trace.resolved.label} cannot be loaded: this node's disk cache is full; an "
+                "operator has been alerted; retry later",
+                type_="overloaded_error",
+                code="disk_full",
+                retry_after=30,
+            ) from None
         except AdapterIntegrityError as exc:
             logger.error("refused to load %s: %s", trace.resolved.label, exc)
             raise oai.ApiError(
@@ -272,9 +312,11 @@ class Inference:
         trace = Trace()
         try:
             trace.caller = await self.authenticate(request)
+            names = await blocking.run(self.node.directory.aliases_of, trace.caller.tenant_id)
         except oai.ApiError as exc:
             return self._error(exc, trace)
-        names = await asyncio.to_thread(self.node.directory.aliases_of, trace.caller.tenant_id)
+        except DatabaseError:
+            return self._error(control_plane_unavailable(), trace)
         return JSONResponse(
             oai.models_body(
                 names, trace.caller.tenant_slug, self.node.engine.settings.served_model_name
@@ -353,6 +395,8 @@ class Inference:
                 ),
                 trace,
             )
+        except DatabaseError:
+            return self._error(control_plane_unavailable(), trace)
         except ValueError as exc:  # vLLM refuses e.g. a prompt longer than the model allows
             return self._error(oai.ApiError(400, str(exc), code="invalid_request"), trace)
         except Exception:

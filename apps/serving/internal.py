@@ -8,7 +8,6 @@ signature, base revision) before anything is fetched or loaded.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
+from apps.serving import blocking
 from apps.serving import openai_api as oai
 from apps.serving.fleet import node_header
 from apps.serving.placement import AdapterIntegrityError, Owner, PinLimit
@@ -87,16 +87,16 @@ class InternalApi:
         if "version_id" in body:
             if not isinstance(body["version_id"], int):
                 raise oai.ApiError(400, "version_id must be an integer", code="bad_version")
-            resolved = await asyncio.to_thread(load_version, body["version_id"])
+            resolved = await blocking.run(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
         elif "alias" in body and "tenant" in body:
-            tenant = await asyncio.to_thread(
+            tenant = await blocking.run(
                 lambda: Tenant.objects.filter(slug=str(body["tenant"])).first()
             )
             snapshot = None
             if tenant is not None:
-                snapshot = await asyncio.to_thread(
+                snapshot = await blocking.run(
                     self.node.directory.alias, tenant.id, str(body["alias"])
                 )
             if snapshot is None:
@@ -124,13 +124,13 @@ class InternalApi:
             resolved = await self._target(body)
             placement = self.node.placement
             if body.get("tier", "L3") == "L3":
-                found = await asyncio.to_thread(placement.to_disk, resolved)
+                found = await blocking.run(placement.to_disk, resolved)
                 return _json({"version": resolved.label, "tier": "L3", "was_in": found})
             if not self.node.engine.is_ready:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5
                 )
-            owner = await asyncio.to_thread(owner_of, resolved)
+            owner = await blocking.run(owner_of, resolved)
             placed = (
                 await placement.pin(resolved, owner=owner)
                 if body["tier"] == "L1"
@@ -164,7 +164,7 @@ class InternalApi:
                 raise oai.ApiError(
                     400, "name the version_id to evict, or send all: true", code="no_target"
                 )
-            resolved = await asyncio.to_thread(load_version, body["version_id"])
+            resolved = await blocking.run(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
             placement, tier = self.node.placement, body.get("tier", "L3")
@@ -183,7 +183,7 @@ class InternalApi:
             else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node
                 await placement.remove(lora_id)
                 if tier == "L3":
-                    await asyncio.to_thread(placement.evict_from_disk, resolved)
+                    await blocking.run(placement.evict_from_disk, resolved)
             self.node.evicted(tier, resolved.tenant_id)
             return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
@@ -203,10 +203,10 @@ class InternalApi:
         try:
             self._check(request)
             slug, name = request.query_params.get("tenant", ""), request.query_params.get("alias")
-            tenant = await asyncio.to_thread(lambda: Tenant.objects.filter(slug=slug).first())
+            tenant = await blocking.run(lambda: Tenant.objects.filter(slug=slug).first())
             snapshot = None
             if tenant is not None and name:
-                snapshot = await asyncio.to_thread(self.node.directory.alias, tenant.id, name)
+                snapshot = await blocking.run(self.node.directory.alias, tenant.id, name)
             if snapshot is None:
                 raise oai.ApiError(
                     404, f"no alias '{name}' of tenant '{slug}' on this node", code="not_found"

@@ -111,6 +111,11 @@ class NodeMetrics:
             "Request statistics dropped because the writer fell behind",
             registry=r,
         )
+        self.stats_backlog = Gauge(
+            "request_stats_backlog",
+            "Request statistics recorded but not written yet (the database is slow or away)",
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._adapter_labels: set[tuple[str, str]] = set()
         self._tenant_labels: set[str] = set()

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
-from apps.serving import fleet, quarantine
+from apps.serving import blocking, fleet, quarantine
 from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
@@ -142,13 +142,13 @@ class Node:
         """Refuse exactly the versions with an open quarantine of this node (an operator's
         lift takes effect here)."""
         try:
-            self.placement.quarantined = await asyncio.to_thread(quarantine.open_on, self.name)
+            self.placement.quarantined = await blocking.run(quarantine.open_on, self.name)
         except Exception:
             logger.warning("could not read this node's quarantines; keeping the set in force")
 
     async def reload_config(self) -> None:
         try:
-            self.apply_config(await asyncio.to_thread(effective_config))
+            self.apply_config(await blocking.run(effective_config))
             logger.info(
                 "cache config applied (policy %s)%s",
                 self.placement.policy.name,
@@ -164,7 +164,7 @@ class Node:
         a version is immutable, so a changed signature is a different question."""
         key = (resolved.version_id, resolved.signature)
         if key not in self._verified:
-            public = await asyncio.to_thread(keys.published_public_keys)
+            public = await blocking.run(keys.published_public_keys)
             if len(self._verified) > 10_000:
                 self._verified.clear()
             try:
@@ -199,7 +199,7 @@ class Node:
         A database that does not answer is logged and retried: serving never waits on it."""
         while True:
             try:
-                await asyncio.to_thread(
+                await blocking.run(
                     fleet.heartbeat,
                     self.identity(),
                     engine=self.engine_state(),
@@ -235,17 +235,17 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            await asyncio.to_thread(fleet.deregister, self.name, started_at=self.started_at)
+            await blocking.run(fleet.deregister, self.name, started_at=self.started_at)
         except Exception:
             logger.warning("could not mark this node stopped in the registry", exc_info=True)
         # On the loop's thread, so vLLM cancels its output handler before the core exits.
         self.engine.shutdown()
         download.stop()
-        await asyncio.to_thread(self.stats.stop)
+        await blocking.run(self.stats.stop)
 
     async def _start_engine(self) -> None:
         try:
-            kept = await asyncio.to_thread(
+            kept = await blocking.run(
                 lambda: self.placement.disk.rebuild(keys.published_public_keys())
             )
             self.placement.adopt(kept)
@@ -254,13 +254,13 @@ class Node:
         except Exception:
             # Without the registry's keys nothing on disk can be trusted: start empty.
             logger.exception("could not re-verify the disk cache; clearing it")
-            await asyncio.to_thread(self.placement.disk.clear)
+            await blocking.run(self.placement.disk.clear)
         try:
-            await asyncio.to_thread(download.start)
+            await blocking.run(download.start)
         except Exception:
             logger.exception("the download worker did not start; cold loads will retry it")
         try:
-            await asyncio.to_thread(self.engine.start)
+            await blocking.run(self.engine.start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
             logger.exception("the vLLM engine failed to start")
@@ -275,7 +275,7 @@ class Node:
         they are loaded (L2) too. Nothing is evicted for a guess. Returns the labels warmed."""
         warmed: list[str] = []
         try:
-            candidates = await asyncio.to_thread(prewarm_candidates, self.config, self.name)
+            candidates = await blocking.run(prewarm_candidates, self.config, self.name)
         except Exception:
             logger.warning("could not read what to prewarm", exc_info=True)
             return warmed
@@ -288,7 +288,7 @@ class Node:
                 if room and self.engine.is_ready:
                     await self.placement.place(resolved)
                 else:
-                    await asyncio.to_thread(self.placement.to_disk, resolved)
+                    await blocking.run(self.placement.to_disk, resolved)
                 warmed.append(resolved.label)
             except Exception as exc:  # one bad candidate must not stop the rest
                 logger.info("did not prewarm %s: %s", resolved.label, exc)
@@ -335,7 +335,7 @@ class Node:
     async def _refresh_periodically(self) -> None:
         while True:
             try:
-                await asyncio.to_thread(self.directory.full_refresh)
+                await blocking.run(self.directory.full_refresh)
             except Exception:
                 logger.exception("full refresh of aliases and keys failed; retrying")
             await self.refresh_quarantines()
@@ -345,7 +345,7 @@ class Node:
         """Without a broadcast channel: watch the database's change marker."""
         while True:
             try:
-                if await asyncio.to_thread(self.directory.poll):
+                if await blocking.run(self.directory.poll):
                     await self.reload_config()
                     await self.refresh_quarantines()
             except Exception:
@@ -362,7 +362,7 @@ class Node:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(settings.LORAHUB_EVENTS_CHANNEL)
                     # Anything missed while (re)connecting is caught by one full refresh.
-                    await asyncio.to_thread(self.directory.full_refresh)
+                    await blocking.run(self.directory.full_refresh)
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
@@ -385,7 +385,7 @@ class Node:
                 # alias moves still arrive within about a second (not at the next refresh).
                 logger.warning("change channel lost (%s); polling until it is back", exc)
                 try:
-                    if await asyncio.to_thread(self.directory.poll):
+                    if await blocking.run(self.directory.poll):
                         await self.reload_config()
                         await self.refresh_quarantines()
                 except Exception:
@@ -413,7 +413,7 @@ class Node:
         return.
         """
         try:
-            current = await asyncio.to_thread(
+            current = await blocking.run(
                 self.directory.alias, int(change.get("tenant_id") or 0), str(change.get("name"))
             )
             if current is None:
@@ -422,7 +422,7 @@ class Node:
             if current.canary is not None:
                 in_use.add(current.canary.version_id)
                 if current.canary.servable and await self.signature_ok(current.canary):
-                    await asyncio.to_thread(self.placement.to_disk, current.canary)
+                    await blocking.run(self.placement.to_disk, current.canary)
             for version_id in in_use:  # e.g. rolled back to: no longer on its way out
                 self.placement.deprecate(version_id, False)
             if previous is not None:
@@ -482,6 +482,7 @@ class Node:
                 share
             )
         self.metrics.in_flight.set(self.engine.requests_in_flight())
+        self.metrics.stats_backlog.set(self.stats.backlog)
         return Response(
             self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
         )

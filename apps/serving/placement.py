@@ -32,7 +32,9 @@ pinned, and pins never fill L2 (``max_cpu_loras >= max_loras`` is enforced by th
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -41,8 +43,9 @@ from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
+from apps.serving import blocking
 from apps.serving.cache import download
-from apps.serving.cache.disk import DiskTier, IntegrityFailure, OnDisk
+from apps.serving.cache.disk import DiskTier, IntegrityFailure, Landed, OnDisk
 from apps.serving.cache.gate import DeviceGate
 from apps.serving.cache.policy import Policy, Resident, make_policy, rank, select_victims
 from apps.serving.engine import AdapterHandle, Engine
@@ -50,6 +53,8 @@ from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 GIB = 1024**3
+# what a landing writes besides the adapter's files (its manifest and seal)
+LANDING_OVERHEAD_BYTES = 64 * 1024
 
 
 class AdapterIntegrityError(Exception):
@@ -62,6 +67,11 @@ class PinLimit(Exception):
 
 class LoadQueueFull(Exception):
     """Too many versions are loading or queued; the request's tier decides what happens."""
+
+
+class DiskFull(Exception):
+    """The disk cache's filesystem has no room for a landing, even after evicting every L3
+    folder that is not in use. Nothing of the landing is left behind."""
 
 
 class LoadDeadline(Exception):
@@ -223,8 +233,10 @@ class Placement:
                 self._on_disk.pop(resolved.version_id, None)
                 if self.on_integrity_failure:
                     self.on_integrity_failure(resolved, "L3", str(exc))
+        # room under the cap first: the tier never holds more than its cap, even mid-landing
+        self.trim_disk(keep={resolved.version_id}, incoming=resolved.size_bytes)
         try:
-            landed = download.land(self.disk.root, resolved, self.store, self.public_keys())
+            landed = self._land_with_room(resolved)
         except IntegrityFailure as exc:
             self.quarantined.add(resolved.version_id)
             if self.on_integrity_failure:
@@ -232,8 +244,41 @@ class Placement:
             raise AdapterIntegrityError(str(exc)) from None
         timings.update(fetch_ms=landed.fetch_ms, verify_ms=landed.verify_ms)
         self._note_on_disk(resolved, touched=True, reload_ms=landed.fetch_ms + landed.verify_ms)
-        self.trim_disk(keep={resolved.version_id})
         return "L4", timings
+
+    def _land_with_room(self, resolved: ResolvedVersion) -> Landed:
+        """Land from L4. When the filesystem itself is full (other files on it, or a disk
+        smaller than ``disk_cache.max_size_gb``), evict L3 folders not in use until the
+        version fits, and try once more; if nothing can go, raise ``DiskFull``."""
+        try:
+            return download.land(self.disk.root, resolved, self.store, self.public_keys())
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        free = shutil.disk_usage(self.disk.root).free
+        need = resolved.size_bytes + LANDING_OVERHEAD_BYTES - free
+        evicted = self._evict_from_disk(need, keep={resolved.version_id})
+        logger.warning(
+            "the disk cache's filesystem is full (%d bytes free, %s needs %d): evicted %d "
+            "version(s) from L3",
+            free,
+            resolved.label,
+            resolved.size_bytes,
+            len(evicted),
+        )
+        try:
+            if evicted:
+                return download.land(self.disk.root, resolved, self.store, self.public_keys())
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        free = shutil.disk_usage(self.disk.root).free
+        raise DiskFull(
+            f"the node's disk cache ({self.disk.root}) is full: {free / 1048576:.1f} MB free, "
+            f"{resolved.label} needs {resolved.size_bytes / 1048576:.1f} MB and every version "
+            "cached there is in use; an operator must free space on that disk or lower "
+            "disk_cache.max_size_gb below what the disk holds"
+        )
 
     def _note_on_disk(
         self, resolved: ResolvedVersion, *, touched: bool, reload_ms: float | None = None
@@ -258,14 +303,26 @@ class Placement:
     def disk_bytes(self) -> int:
         return sum(r.size_bytes for r in self._on_disk.values())
 
-    def trim_disk(self, keep: Collection[int] = ()) -> list[int]:
-        """Evict L3 folders, lowest value first, until the tier fits its size cap.
+    def trim_disk(self, keep: Collection[int] = (), incoming: int = 0) -> list[int]:
+        """Evict L3 folders, lowest value first, until the tier fits its size cap with
+        ``incoming`` more bytes. Returns the versions evicted."""
+        evicted = self._evict_from_disk(self._over_cap(incoming), keep)
+        if self._over_cap(incoming) > 0:
+            logger.warning(
+                "the disk cache is %d bytes over its cap; everything left is in use",
+                self._over_cap(incoming),
+            )
+        return evicted
 
-        Versions in the engine or loading stay (the tiers are inclusive: what is in L2 can
-        always be reloaded from L3), and so does ``keep``. Returns the versions evicted.
-        """
+    def _over_cap(self, incoming: int = 0) -> int:
+        return self.disk_bytes() + incoming - self.limits.disk_bytes
+
+    def _evict_from_disk(self, need_bytes: int, keep: Collection[int]) -> list[int]:
+        """Evict L3 folders, lowest value first, until ``need_bytes`` are freed or nothing
+        more may go. Versions in the engine or loading stay (the tiers are inclusive: what is
+        in L2 can always be reloaded from L3), and so does ``keep``."""
         evicted: list[int] = []
-        over = self.disk_bytes() - self.limits.disk_bytes
+        over = need_bytes
         if over <= 0:
             return evicted
         landing = {vid for vid, lock in list(self._landing_locks.items()) if lock.locked()}
@@ -284,10 +341,6 @@ class Placement:
             self.policy.on_evict(victim, time.monotonic())
             if self.on_evict:
                 self.on_evict("L3", victim.tenant_id)
-        if over > 0:
-            logger.warning(
-                "the disk cache is %d bytes over its cap; everything left is in use", over
-            )
         return evicted
 
     # --- L2 / L1 ---------------------------------------------------------------------------
@@ -404,10 +457,10 @@ class Placement:
     async def _load(self, resolved: ResolvedVersion, owner: Owner, handle: AdapterHandle) -> Placed:
         started = time.perf_counter()
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
-            tier, timings = await asyncio.to_thread(self.to_disk, resolved)
+            tier, timings = await blocking.run(self.to_disk, resolved)
         else:
             async with self._fetch_slots:  # the download runs in another process
-                tier, timings = await asyncio.to_thread(self.to_disk, resolved)
+                tier, timings = await blocking.run(self.to_disk, resolved)
         async with self._load_slots:
             await self._make_room(owner, incoming=resolved.size_bytes)
             add_started = time.perf_counter()
@@ -596,7 +649,7 @@ class Placement:
                 folder = self._folders.pop(version_id, None)
                 self._on_disk.pop(version_id, None)
                 if folder is not None:
-                    await asyncio.to_thread(self.disk.remove, folder)
+                    await blocking.run(self.disk.remove, folder)
                 removed += 1
         return removed
 

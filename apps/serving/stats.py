@@ -4,7 +4,9 @@ The request path only appends a frozen ``RequestRecord`` to a bounded in-memory 
 background thread drains it every second (or every ``BATCH`` records) into PostgreSQL: one
 bulk insert of request rows and one additive upsert per (minute, tenant, alias, version)
 rollup. If the database is slow the queue fills and new records are dropped and counted
-(``request_stats_dropped``); inference never waits for the database.
+(``request_stats_dropped``); inference never waits for the database. A write that fails (the
+database restarts, or is gone for a while) loses nothing: its batch is written first on the
+next try, so every answered request is either written once or counted as dropped.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class StatsRecorder:
         self._thread: threading.Thread | None = None
         self._on_drop = on_drop
         self._last_purge = 0.0
+        # what a failed write took off the queue: first in line for the next one
+        self._unwritten: list[RequestRecord] = []
 
     def record(self, rec: RequestRecord) -> None:
         """Never blocks: a full queue drops the record."""
@@ -110,32 +114,70 @@ class StatsRecorder:
         self.flush()
 
     def _run(self) -> None:
+        failing_since: float | None = None  # one log line when writes fail, one when back
         while not self._stop.is_set():
             self._stop.wait(1.0)
             try:
+                close_old_connections()  # a connection the database dropped reconnects here
                 self.flush()
+                if failing_since is not None:
+                    logger.warning(
+                        "request statistics are written again after %.1f s",
+                        time.monotonic() - failing_since,
+                    )
+                    failing_since = None
                 if time.monotonic() - self._last_purge > PURGE_EVERY_S:
                     self._last_purge = time.monotonic()
                     purge_old_statistics()
             except Exception:
-                logger.exception("writing request statistics failed; will retry")
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    logger.exception(
+                        "writing request statistics failed; they are kept (up to %d waiting) "
+                        "and written when the database answers",
+                        QUEUE_SIZE,
+                    )
             finally:
                 close_old_connections()
 
+    @property
+    def backlog(self) -> int:
+        """Records recorded but not written yet."""
+        return len(self._unwritten) + self._queue.qsize()
+
     def flush(self) -> int:
-        batch: list[RequestRecord] = []
+        """Write what is waiting; returns the request records written. On a failure the
+        batch (and the cache rows) stay for the next call, and the error is raised."""
+        batch, self._unwritten = self._unwritten, []
         while len(batch) < BATCH * 20:
             try:
                 batch.append(self._queue.get_nowait())
             except queue.Empty:
                 break
         if batch:
-            write_records(self.node, batch)
+            try:
+                write_records(self.node, batch)
+            except Exception:
+                self._unwritten = batch
+                raise
         with self._cache_lock:
             cache, self._cache = self._cache, {}
         if cache:
-            write_cache_minutes(self.node, cache)
+            try:
+                write_cache_minutes(self.node, cache)
+            except Exception:
+                with self._cache_lock:
+                    for key, counts in cache.items():
+                        _merge_cache_row(self._cache.setdefault(key, defaultdict(int)), counts)
+                raise
         return len(batch)
+
+
+def _merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
+    """Fold a (minute, tenant) cache row that could not be written back into the live one."""
+    for name, value in counts.items():
+        peak = name in ("hot", "warm", "seen")
+        into[name] = max(into[name], value) if peak else into[name] + value
 
 
 def write_records(node: str, records: list[RequestRecord]) -> None:

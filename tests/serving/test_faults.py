@@ -3,12 +3,14 @@ the rest cleanly, and recovers by itself."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,7 +18,15 @@ import pytest
 from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
-from tests.conftest import NODE_CACHE_CONFIG, S3_ENV, NodeProcess, free_port, stop, wait_for_port
+from tests.conftest import (
+    NODE_CACHE_CONFIG,
+    NODE_INTERNAL_TOKEN,
+    S3_ENV,
+    NodeProcess,
+    free_port,
+    stop,
+    wait_for_port,
+)
 from tests.helpers import publish
 
 pytestmark = pytest.mark.engine
@@ -257,3 +267,227 @@ def test_with_redis_down_the_node_serves_and_alias_moves_still_arrive(
         node.stop()
         redis.kill()
         events._client.cache_clear()
+
+
+def postgres(action: str) -> None:
+    """Stop or start the PostgreSQL cluster the suite runs on (Debian's, as `make test` starts
+    it): a real outage for every process connected to it."""
+    version = sorted(os.listdir("/etc/postgresql"), key=lambda v: [int(p) for p in v.split(".")])
+    command = ["pg_ctlcluster", "--skip-systemctl-redirect", version[-1], "main", action]
+    subprocess.run([*command, *(["-m", "fast"] if action == "stop" else [])], check=True)
+    deadline = time.monotonic() + 60
+    while action == "start" and subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode:
+        assert time.monotonic() < deadline, "PostgreSQL did not come back"
+        time.sleep(0.2)
+
+
+def node_metric(node: NodeProcess, name: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(
+        f"{node.url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}
+    ).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return sample.value
+    raise AssertionError(f"{name} is not in the node's metrics")
+
+
+def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics(
+    published, tenant_a, tmp_path, s3_server, transactional_db
+):
+    """PostgreSQL stops under a serving node, then comes back: keys and aliases the node has
+    cached keep being served; a key it has never seen gets 503 with Retry-After (not a 500);
+    the node reconnects by itself; every request it answered meanwhile reaches the request
+    log once (or the drop counter says how many did not)."""
+    from django.db import connections
+
+    from apps.registry import aliases
+    from apps.serving.models import RequestLog
+    from apps.tenants.auth import principal_for_key
+
+    row, key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
+    _, unseen = tenant_services.issue_api_key(tenant=tenant_a, name="new", actor=None)
+    aliases.set_alias(
+        principal=principal_for_key(row),
+        tenant=tenant_a,
+        name="support",
+        version_id=published["v1"],
+    )
+    (tmp_path / "node").mkdir()
+    node = NodeProcess(tmp_path / "node", s3_server, name="pg-fault-node")
+    node.start()
+    answered = 0
+    try:
+        node.wait_ready()
+        for _ in range(3):
+            assert ask(node, key).status_code == 200
+            answered += 1
+
+        postgres("stop")
+        try:
+            outage = time.monotonic()
+            for _ in range(5):  # the node's in-memory tables answer
+                served = ask(node, key)
+                answered += 1
+                assert served.status_code == 200, served.text
+                assert served.headers["x-lorahub-cache-tier"] == "L1"
+                assert served.json()["choices"][0]["text"].strip().startswith(V1)
+            refused = ask(node, unseen)  # needs the database
+            answered += 1
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "control_plane_unavailable"
+            assert refused.headers["retry-after"]
+            assert httpx.get(f"{node.url}/healthz", timeout=5).status_code == 200
+            time.sleep(3)  # a few statistics flushes fail meanwhile
+            held = node_metric(node, "request_stats_backlog")
+            assert held >= 6, held  # kept, not lost
+        finally:
+            postgres("start")
+            connections.close_all()  # this process's connection died with the server
+        back = time.monotonic()
+
+        deadline = time.monotonic() + 60
+        while True:  # the node reconnects by itself: the unseen key now works
+            answer = ask(node, unseen)
+            answered += 1
+            if answer.status_code == 200:
+                break
+            assert answer.status_code == 503, answer.text
+            assert time.monotonic() < deadline, "the node did not reconnect to PostgreSQL"
+            time.sleep(0.5)
+        reconnected = time.monotonic() - back
+
+        deadline = time.monotonic() + 60
+        while (written := RequestLog.objects.filter(node="pg-fault-node").count()) < answered:
+            assert time.monotonic() < deadline, f"{written} of {answered} requests in the log"
+            time.sleep(0.5)
+        dropped = node_metric(node, "request_stats_dropped_total")
+        assert written + dropped == answered, (written, dropped, answered)
+        assert dropped == 0
+        assert node_metric(node, "request_stats_backlog") == 0
+        print(
+            f"postgres outage of {back - outage:.1f} s: {answered} requests answered, "
+            f"{written} in the request log, {dropped:.0f} dropped; the node served a new key "
+            f"{reconnected:.2f} s after PostgreSQL was back"
+        )
+    finally:
+        node.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A 256 KiB filesystem (tmpfs) for a node's disk cache: room for one small demo
+    adapter (~150 KB), not two. Needs root, as `make test` runs here and in CI."""
+    folder = tmp_path / "node" / "cache"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    assert mounted.returncode == 0, f"cannot mount a small tmpfs (run as root): {mounted.stderr}"
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def leftovers(cache: Path) -> list[Path]:
+    """Anything of a landing that is not a sealed version folder."""
+    partial = list(cache.glob("t*/*/.landing-*"))
+    unsealed = [f for f in cache.glob("t*/*/*@*") if not (f / ".seal.json").exists()]
+    return partial + unsealed
+
+
+def test_a_full_disk_cache_evicts_to_make_room_or_fails_the_load_cleanly(
+    published, tenant_a, small_disk, tmp_path, s3_server, transactional_db
+):
+    """The disk cache's filesystem is smaller than its configured cap (500 GB by default):
+    a landing that hits ENOSPC evicts an L3 copy no one is using and lands; when everything
+    on the disk is in use (and the rest is filled by something else) the request gets 503
+    `disk_full` naming the problem, nothing half-written stays, and the node keeps serving."""
+    from apps.registry import aliases
+    from apps.tenants.auth import principal_for_key
+
+    row, key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
+    principal = principal_for_key(row)
+
+    def point(alias: str, version: str) -> None:
+        aliases.set_alias(
+            principal=principal, tenant=tenant_a, name=alias, version_id=published[version]
+        )
+
+    def evict_from_engine(version: str) -> None:
+        answer = httpx.post(
+            f"{node.url}/internal/evict",
+            headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
+            json={"version_id": published[version], "tier": "L2"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+
+    def served(alias: str, version: str) -> httpx.Response:
+        deadline = time.monotonic() + 10
+        while True:  # until the node has followed the alias move (broadcast)
+            answer = httpx.post(
+                f"{node.url}/v1/completions",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"model": alias, "prompt": PROMPT, "max_tokens": 8, "temperature": 0},
+                timeout=60,
+            )
+            if answer.headers.get("x-lorahub-adapter") == f"support@{version}":
+                return answer
+            assert time.monotonic() < deadline, (answer.status_code, answer.text)
+            time.sleep(0.2)
+
+    def on_disk() -> list[str]:
+        return sorted(s.parent.name.split("@")[0] for s in small_disk.glob("t*/*/*/.seal.json"))
+
+    point("support", "v1")
+    node = NodeProcess(tmp_path / "node", s3_server, name="disk-fault-node")
+    node.start()
+    try:
+        node.wait_ready()
+        first = served("support", "v1")
+        assert first.status_code == 200, first.text
+        assert first.headers["x-lorahub-cache-tier"] == "L4"
+        evict_from_engine("v1")  # its disk copy stays, now used by nobody
+
+        point("support", "v3")  # as large as v1: the two do not fit on this disk
+        landed = served("support", "v3")
+        assert landed.status_code == 200, landed.text
+        assert landed.headers["x-lorahub-cache-tier"] == "L4"
+        assert landed.json()["choices"][0]["text"].strip().startswith(V1)  # v3 = v1's weights
+        assert on_disk() == ["v3"]  # v1 was evicted to make room
+        assert leftovers(small_disk) == []
+
+        # something else fills the disk, and v3 is in use (the engine serves `support`)
+        filler = small_disk / "filler.bin"
+        with contextlib.suppress(OSError), filler.open("wb", buffering=0) as out:
+            while True:  # until ENOSPC
+                out.write(b"\0" * 4096)
+        point("second", "v1")
+        refused = served("second", "v1")
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "disk_full"
+        assert "disk cache is full" in error["message"]
+        assert refused.headers["retry-after"]
+        assert leftovers(small_disk) == []
+        assert on_disk() == ["v3"]
+        assert "every version cached there is in use" in node.log_path.read_text()
+        hot = served("support", "v3")  # the node keeps serving what it has
+        assert hot.status_code == 200 and hot.headers["x-lorahub-cache-tier"] == "L1"
+
+        filler.unlink()  # the operator frees the disk; v3 leaves the engine
+        evict_from_engine("v3")
+        recovered = served("second", "v1")
+        assert recovered.status_code == 200, recovered.text
+        assert recovered.headers["x-lorahub-cache-tier"] == "L4"
+        assert recovered.json()["choices"][0]["text"].strip().startswith(V1)
+        assert on_disk() == ["v1"]
+        assert leftovers(small_disk) == []
+    finally:
+        node.stop()

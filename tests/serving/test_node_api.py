@@ -123,6 +123,32 @@ def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world):
         assert complete(a, user=user)[1]["x-lorahub-adapter"] == adapter
 
 
+def test_repeated_bad_keys_from_one_address_get_429_until_the_window_has_room(world):
+    """The node's throttle counts per client address, which it takes from X-Forwarded-For
+    when the sender is a trusted proxy (HAProxy on loopback here): each address of this test
+    is its own client."""
+
+    def ask(key: str, address: str) -> httpx.Response:
+        return httpx.post(
+            f"{world['url']}/v1/completions",
+            headers={"Authorization": f"Bearer {key}", "X-Forwarded-For": address},
+            json={"model": "support", "prompt": PROMPT, "max_tokens": 2, "temperature": 0},
+            timeout=60,
+        )
+
+    guesser = "198.51.100.77"
+    for n in range(20):  # the default limit: 20 a minute
+        assert ask(f"lh_guess{n}_nope", guesser).status_code == 401
+    throttled = ask("lh_guess21_nope", guesser)
+    assert throttled.status_code == 429, throttled.text
+    error = throttled.json()["error"]
+    assert error["code"] == "too_many_bad_keys"
+    assert "too many invalid API keys" in error["message"]
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert ask(world["a_key"], guesser).status_code == 429  # no oracle while throttled
+    assert ask(world["a_key"], "198.51.100.78").status_code == 200  # others are served
+
+
 def test_other_tenants_unknown_keys_and_unknown_models_are_refused(world):
     with pytest.raises(openai.NotFoundError) as missing:
         complete(world["b"])

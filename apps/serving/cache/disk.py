@@ -116,6 +116,7 @@ class DiskTier:
         final = self.folder(resolved)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".landing-", dir=final.parent))
+        renamed = False
         try:
             seal: dict[str, dict[str, Any]] = {}
             for name, sha, _ in resolved.files:
@@ -146,6 +147,7 @@ class DiskTier:
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
+            renamed = True
             for name in seal:  # stat after the rename: the inode and mtime are final now
                 st = (final / name).stat()
                 seal[name].update(
@@ -153,6 +155,10 @@ class DiskTier:
                 )
             (final / SEAL).write_text(json.dumps(seal))
             _fsync_dir(final)
+        except BaseException:
+            if renamed:  # unsealed, so never used; but it takes room (a full disk fails here)
+                shutil.rmtree(final, ignore_errors=True)
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         total_ms = (time.perf_counter() - started) * 1000
