@@ -244,25 +244,14 @@ def child_database_url() -> str:
     return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str]:
-    """A real Celery worker process on Redis, using the test database and the S3 server."""
-    import redis
-
+def start_worker(
+    s3_server: str, name: str | None = None, **env: str
+) -> tuple[subprocess.Popen, str]:
+    """A real Celery worker process (solo pool: tasks run in the process itself) on Redis,
+    the test database and the S3 server; returns it and its name once it answers a ping."""
     from lorahub.celery import app
 
-    broker = settings.CELERY_BROKER_URL
-    if not broker.startswith("redis://"):
-        pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
-    redis.Redis.from_url(broker).flushdb()
-    database_url = child_database_url()
-    name = f"test-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "LORAHUB_S3_ENDPOINT": s3_server,
-        **S3_ENV,
-    }
+    name = name or f"test-{uuid.uuid4().hex[:8]}@{socket.gethostname()}"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -280,14 +269,34 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
             "--without-gossip",
             "--without-mingle",
         ],
-        env=env,
+        env={
+            **os.environ,
+            "DATABASE_URL": child_database_url(),
+            "LORAHUB_S3_ENDPOINT": s3_server,
+            **S3_ENV,
+            **env,
+        },
         cwd=ROOT,
     )
+    deadline = time.monotonic() + 60
+    while not app.control.ping(destination=[name], timeout=1.0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            pytest.fail("the Celery worker did not start; see its output above")
+    return proc, name
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str]:
+    """The session's Celery worker (see ``start_worker``)."""
+    import redis
+
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
+    redis.Redis.from_url(broker).flushdb()
+    proc, name = start_worker(s3_server)
     try:
-        deadline = time.monotonic() + 60
-        while not app.control.ping(destination=[name], timeout=1.0):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("the Celery worker did not start; see its output above")
         yield name
     finally:
         stop(proc)
