@@ -161,6 +161,10 @@ class Placement:
         self._landing_locks_guard = threading.Lock()  # tenant id -> (slug, latest quotas)
         self._inflight: dict[int, asyncio.Task] = {}
         self._in_use: dict[int, int] = {}  # requests generating (or about to) per LoRA id
+        # requests that will hold a version once its load (under way) is done: until they
+        # resume and take their holds, the fresh version must not be evicted to make room for
+        # another (that was a thrash loop: loaded, evicted before use, loaded again)
+        self._awaiting: dict[int, int] = {}
         self._released = asyncio.Event()
         self._pending_pins = 0
         self.gate = DeviceGate(
@@ -401,15 +405,27 @@ class Placement:
                 task = asyncio.create_task(self._load(resolved, owner, handle))
                 self._inflight[lora_id] = task
                 task.add_done_callback(lambda done: self._loaded(lora_id, done))
-            if left is None:
-                placed = await asyncio.shield(task)
-                continue  # (evicted again before this request resumed: load it again)
+            if hold:
+                self._awaiting[lora_id] = self._awaiting.get(lora_id, 0) + 1
             try:
-                placed = await asyncio.wait_for(asyncio.shield(task), timeout=max(0.0, left))
+                placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
             except TimeoutError:
                 raise LoadDeadline(
                     f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
                 ) from None
+            finally:
+                if hold:
+                    self._stop_awaiting(lora_id)
+            # back at the loop's top, with no await in between: the hold is taken while the
+            # fresh version is still protected (an unheld load may have been evicted again)
+
+    def _stop_awaiting(self, lora_id: int) -> None:
+        count = self._awaiting.get(lora_id, 0) - 1
+        if count > 0:
+            self._awaiting[lora_id] = count
+        else:
+            self._awaiting.pop(lora_id, None)
+            self._released.set()  # a load waiting for room may find it now
 
     def release(self, lora_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""
@@ -422,6 +438,11 @@ class Placement:
 
     def in_use(self, lora_id: int) -> int:
         return self._in_use.get(lora_id, 0)
+
+    def _protected(self, lora_id: int) -> bool:
+        """Not to be evicted from the engine now: pinned, generating, or just loaded for
+        requests that have not resumed yet."""
+        return lora_id in self.pinned or lora_id in self._in_use or lora_id in self._awaiting
 
     def _loaded(self, lora_id: int, task: asyncio.Task) -> None:
         self._inflight.pop(lora_id, None)
@@ -489,7 +510,7 @@ class Placement:
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
         while True:
             residents = [
-                r._replace(pinned=r.key[0] in self.pinned or r.key[0] in self._in_use)
+                r._replace(pinned=self._protected(r.key[0]))
                 for r in self._residents.values()
             ]
             used = sum(r.size_bytes for r in residents)

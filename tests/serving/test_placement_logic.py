@@ -41,10 +41,12 @@ class StandInEngine:
         self.removed: list[int] = []
         self.pinned: list[int] = []
         self.add_delay = 0.0
+        self.entered: list[int] = []  # adds begun (an add waits while the gate is closed)
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def add_adapter(self, handle) -> bool:
+        self.entered.append(handle.lora_id)
         await self.gate.wait()
         await asyncio.sleep(self.add_delay)
         self.adds.append(handle.lora_id)
@@ -266,3 +268,36 @@ def test_two_landings_of_one_version_at_once_make_one_download(world):
         tiers = sorted(tier for tier, _ in pool.map(placement.to_disk, [version(1)] * 4))
     assert tiers == ["L3", "L3", "L3", "L4"]
     assert placement.disk.has(version(1))
+
+
+def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resume(world):
+    """One engine slot, two cold versions. When v1's load lets go of the load slot, v2's
+    load (queued on it) runs before v1's waiting request resumes; it must wait for v1 instead
+    of evicting it unused, which made the waiter load v1 again, evicting v2, and so on (the
+    soak saw 3.5 loads per request)."""
+    placement, engine, version = world
+    engine.settings = Settings(max_loras=1, max_cpu_loras=1)
+
+    async def until(condition) -> None:
+        async with asyncio.timeout(5):
+            while not condition():
+                await asyncio.sleep(0.01)
+
+    async def scenario():
+        engine.gate.clear()  # v1's add waits, holding the load slot
+        first = asyncio.ensure_future(placement.place(version(1), hold=True))
+        await until(lambda: engine.entered == [1])
+        second = asyncio.ensure_future(placement.place(version(2), hold=True))
+        await until(lambda: 2 in placement._on_disk)  # landed; next it queues for the slot
+        await asyncio.sleep(0.05)
+        engine.gate.set()
+        placed = await asyncio.wait_for(first, timeout=5)
+        assert not second.done()  # v2 waits for room while v1 is held
+        placement.release(placed.handle.lora_id)
+        other = await asyncio.wait_for(second, timeout=5)
+        return placed, other
+
+    placed, other = run(scenario())
+    assert (placed.tier, other.tier) == ("L4", "L4")
+    assert engine.adds == [1, 2]  # each loaded once
+    assert engine.removed == [1]  # v1 left only after its request was done
