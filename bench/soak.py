@@ -451,7 +451,10 @@ def main() -> None:
             if node.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the node did not become ready; see {work / 'node.log'}")
             time.sleep(0.5)
-        print(f"node ready; load for {args.duration:.0f} s (node log: {work / 'node.log'})")
+        print(
+            f"node ready; load for {args.duration:.0f} s (node log: {work / 'node.log'})",
+            flush=True,
+        )
         before = node_metrics(url)
         result = asyncio.run(load(args, url, targets, versions, moto, node.pid))
         report(result, before, node_metrics(url), args)

@@ -214,9 +214,7 @@ def upload_version(
                 tenant=tenant,
                 after={"adapter": adapter_id, "version": version, "files": [f.name for f in files]},
             )
-            from apps.registry import tasks
-
-            transaction.on_commit(lambda: tasks.validate_version.delay(row.pk))
+            transaction.on_commit(lambda: _queue_validation(row.pk))
     except BaseException:
         try:
             store.delete_prefix(staged)
@@ -261,6 +259,27 @@ def _gather_files(version: AdapterVersion, work: Path) -> Path:
         for n in rel:
             shutil.move(root / n, folder / n)
     return folder
+
+
+def _queue_validation(version_id: int) -> None:
+    """Queue the validation of a committed upload. A broker that does not answer (Redis
+    down) must not fail the upload, which is stored: the stale-validation sweep queues it
+    once the broker is back (Celery beat, and every worker as it starts)."""
+    from kombu.exceptions import OperationalError
+
+    from apps.registry import tasks
+
+    try:
+        # nobody waits for its result: without ignore_result, Celery first subscribes to the
+        # result backend, which retries 20 s against a dead Redis and then breaks for good
+        tasks.validate_version.apply_async((version_id,), ignore_result=True)
+    except OperationalError as exc:
+        logger.warning(
+            "could not queue the validation of version %s (%s); the stale-validation sweep "
+            "will queue it when the task queue answers again",
+            version_id,
+            exc,
+        )
 
 
 def requeue_stale_validations(*, older_than_s: float) -> list[int]:

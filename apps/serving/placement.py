@@ -510,8 +510,7 @@ class Placement:
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
         while True:
             residents = [
-                r._replace(pinned=self._protected(r.key[0]))
-                for r in self._residents.values()
+                r._replace(pinned=self._protected(r.key[0])) for r in self._residents.values()
             ]
             used = sum(r.size_bytes for r in residents)
             over_memory = bool(residents) and used + incoming > self.limits.warm_bytes

@@ -4,12 +4,12 @@ and apply the chosen policy and capacities to the cache configuration."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,6 +25,11 @@ from apps.tenants.errors import Invalid
 
 GIB = run.GIB
 AZURE = "azure-llm-2023-conv.csv"
+QUEUE_DOWN = (
+    "The replay could not be queued: the task queue (Redis) did not answer. Nothing runs; "
+    "start it again once the queue is back."
+)
+logger = logging.getLogger(__name__)
 
 
 def azure_trace() -> Path | None:
@@ -158,9 +163,19 @@ def replay_page(request: HttpRequest) -> HttpResponse:
             row = ReplayRun.objects.create(
                 spec=form.spec().to_json(), created_by=principal_of(request).user
             )
+            from kombu.exceptions import OperationalError
+
             from apps.serving import tasks
 
-            transaction.on_commit(lambda: tasks.run_replay.delay(row.pk))
+            try:
+                # progress and report live in the row: no result to subscribe to (that would
+                # retry 20 s against a dead Redis, then break the process's result consumer)
+                tasks.run_replay.apply_async((row.pk,), ignore_result=True)
+            except OperationalError:
+                logger.warning("could not queue replay %s: the task queue is unreachable", row.pk)
+                row.state, row.error = ReplayRun.State.FAILED, QUEUE_DOWN
+                row.save(update_fields=["state", "error"])
+                messages.error(request, QUEUE_DOWN)
             return redirect("serving:replay_run", run_id=row.pk)
         messages.error(request, "Nothing was started: fix the fields marked below.")
         status = 422

@@ -10,6 +10,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
@@ -65,6 +67,23 @@ bodies = (
 )
 
 
+def matches_openai_schema(path: str, answer: httpx.Response) -> None:
+    """A 200 parses as OpenAI's own response type (the `openai` package's models): a whole
+    body, or every event of a stream."""
+    chat = path.endswith("chat/completions")
+    if answer.headers["content-type"].startswith("text/event-stream"):
+        events = [line[6:] for line in answer.text.splitlines() if line.startswith("data: ")]
+        assert events and events[-1] == "[DONE]", answer.text
+        for event in events[:-1]:
+            parsed = json.loads(event)
+            if "error" in parsed:  # a stream that failed after it began says so
+                assert parsed["error"]["message"]
+                continue
+            (ChatCompletionChunk if chat else Completion).model_validate(parsed, strict=False)
+    else:
+        (ChatCompletion if chat else Completion).model_validate(answer.json())
+
+
 @pytest.mark.django_db(transaction=True)
 def test_random_request_bodies_never_get_a_500(node_url, tenant_a):
     _, key = tenant_services.issue_api_key(tenant=tenant_a, name="fuzz", actor=None)
@@ -89,7 +108,10 @@ def test_random_request_bodies_never_get_a_500(node_url, tenant_a):
         seen[answer.status_code] = seen.get(answer.status_code, 0) + 1
         assert answer.status_code < 500 or answer.status_code == 503, (body, answer.text)
         if answer.status_code >= 400:
-            assert answer.json()["error"]["message"], answer.text  # says what was wrong
+            error = answer.json()["error"]
+            assert error["message"] and error["type"], answer.text  # says what was wrong
+        else:
+            matches_openai_schema(path, answer)
 
     send()
     print(f"node fuzz: {sum(seen.values())} requests, statuses {dict(sorted(seen.items()))}")
