@@ -106,16 +106,20 @@ class Target:
 
 @dataclass
 class Outcome:
-    at: float  # seconds since the start of the load
+    at: float  # when it was sent, in seconds since the start of the load
     target: Target
     status: int  # 0: the connection failed (lost); -1: no answer in time (hung)
+    code: str = ""  # the error's code, for an answer that is not a 200
     tier: str = ""
+    adapter: str = ""  # X-Lorahub-Adapter: adapter@version
     degraded: bool = False
     ttft_ms: float | None = None
+    done_at: float = 0.0  # when its answer ended
 
 
 def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
-    """Tenants, keys and aliases; two approved versions per alias (v1, v2)."""
+    """Tenants, keys and aliases; two approved versions per alias (v1, v2), and a third for
+    each tenant's alias a0 that nobody calls before the outage (cold: only in the registry)."""
     from unittest import mock
 
     from django.conf import settings
@@ -142,7 +146,7 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
     tenant_services.grant_platform_role(user=reviewer, role=PlatformRole.REVIEWER)
     sources = [demo / "adapters" / name for name in ("support-v1", "support-v2", "legal-v1")]
     targets, versions = [], {}
-    with mock.patch.object(tasks.validate_version, "delay"):  # validated here, by publish
+    with mock.patch.object(tasks.validate_version, "apply_async"):  # validated here, by publish
         for n, (slug, priority) in enumerate(TENANTS):
             tenant = tenant_services.create_tenant(slug=slug, name=slug, priority=priority)
             row, key = tenant_services.issue_api_key(tenant=tenant, name="soak", actor=None)
@@ -150,7 +154,7 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
                 name = f"a{a}"
                 pair = {
                     v: publish(tenant, name, v, sources[(n + a + i) % 3], reviewer)
-                    for i, v in enumerate(("v1", "v2"))
+                    for i, v in enumerate(("v1", "v2", "v3") if a == 0 else ("v1", "v2"))
                 }
                 aliases.set_alias(
                     principal=principal_for_key(row),
@@ -161,6 +165,28 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
                 versions[f"{slug}/{name}"] = pair
                 targets.append(Target(slug, priority, name, key))
     return targets, versions
+
+
+def go_cold(versions: dict[str, dict[str, int]]) -> str:
+    """Every tenant's alias a0 moves to its v3, which no node has fetched yet."""
+    from apps.registry import aliases
+    from apps.tenants.auth import principal_for_key
+    from apps.tenants.models import ApiKey, Tenant
+
+    moved = []
+    for label, pair in sorted(versions.items()):
+        if "v3" in pair:
+            slug, name = label.split("/")
+            tenant = Tenant.objects.get(slug=slug)
+            key = ApiKey.objects.filter(tenant=tenant, name="soak").get()
+            aliases.set_canary(
+                principal=principal_for_key(key), tenant=tenant, name=name, version_id=None
+            )
+            aliases.set_alias(
+                principal=principal_for_key(key), tenant=tenant, name=name, version_id=pair["v3"]
+            )
+            moved.append(label)
+    return f"{len(moved)} aliases to a cold v3 ({', '.join(moved)})"
 
 
 def churn(versions: dict[str, dict[str, int]], step: int) -> str:
@@ -214,7 +240,13 @@ async def one_request(client, url: str, target: Target, started: float, hang_s: 
             async with client.stream("POST", url, json=body, headers=headers) as response:
                 outcome.status = response.status_code
                 outcome.tier = response.headers.get("x-lorahub-cache-tier", "")
+                outcome.adapter = response.headers.get("x-lorahub-adapter", "")
                 outcome.degraded = response.headers.get("x-lorahub-degraded") == "1"
+                if response.status_code != 200:
+                    await response.aread()
+                    outcome.code = response.json().get("error", {}).get("code", "")
+                    outcome.done_at = time.monotonic() - started
+                    return outcome
                 async for line in response.aiter_lines():
                     if outcome.ttft_ms is None and line.startswith("data: {"):
                         outcome.ttft_ms = (time.perf_counter() - began) * 1000
@@ -222,6 +254,7 @@ async def one_request(client, url: str, target: Target, started: float, hang_s: 
         outcome.status = -1
     except httpx.HTTPError:
         outcome.status = 0
+    outcome.done_at = time.monotonic() - started
     return outcome
 
 
@@ -284,6 +317,8 @@ async def load(args, url: str, targets: list[Target], versions, moto, node_pid: 
                     os.kill(moto.pid, signal.SIGSTOP)
                     stopped = True
                     changes.append(f"{now:6.1f} s  S3 hangs (SIGSTOP)")
+                    done = await asyncio.to_thread(go_cold, versions)
+                    changes.append(f"{now:6.1f} s  {done}")
                 if stopped and now >= phase["outage_end"]:
                     os.kill(moto.pid, signal.SIGCONT)
                     stopped = False
@@ -313,7 +348,10 @@ def report(result: dict, metrics_before: dict, metrics_after: dict, args) -> Non
     answered = sum(statuses.values())
     print(f"\n## soak: {args.duration} s, concurrency {args.concurrency}, {len(outcomes)} sent")
     print(f"answered {answered}, lost {lost}, hung {hung} (both must be 0)")
-    by_status = ", ".join(f"{code}: {n}" for code, n in sorted(statuses.items()))
+    codes = Counter((o.status, o.code) for o in outcomes if o.status > 0)
+    by_status = ", ".join(
+        f"{status}{' ' + code if code else ''}: {n}" for (status, code), n in sorted(codes.items())
+    )
     degraded = sum(o.degraded for o in outcomes)
     print(f"by status: {by_status}; of the 200s, {degraded} answered by the base model (degraded)")
 
@@ -338,6 +376,18 @@ def report(result: dict, metrics_before: dict, metrics_after: dict, args) -> Non
             return "1 before"
         return "2 outage" if o.at < phase["outage_end"] else "3 after"
 
+    print("\nduring the outage, by status and code")
+    during = Counter((o.status, o.code) for o in outcomes if phase_of(o) == "2 outage")
+    print(", ".join(f"{s}{' ' + c if c else ''}: {n}" for (s, c), n in sorted(during.items())))
+    first_v3 = {}
+    for o in sorted(outcomes, key=lambda o: o.done_at):
+        if o.status == 200 and o.adapter.endswith("@v3") and not o.degraded:
+            first_v3.setdefault(o.target.tenant, o.done_at - phase["outage_end"])
+    if first_v3:
+        print(
+            "the cold v3s, first answer done (s after S3 answered again): "
+            + ", ".join(f"{t} {at:+.1f}" for t, at in sorted(first_v3.items()))
+        )
     print("\nper tenant priority and phase\n" + head.format("priority, phase"))
     groups = defaultdict(list)
     for o in outcomes:
@@ -424,7 +474,9 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        print("publishing 36 versions (6 tenants x 3 aliases x v1/v2)...", flush=True)
+        print(
+            "publishing 42 versions (6 tenants x 3 aliases x v1/v2, and a v3 each)...", flush=True
+        )
         targets, versions = setup_world(work)
         (work / "cache.yaml").write_text(NODE_CONFIG)
         node_env = {

@@ -67,7 +67,7 @@ def world(s3_settings, signing_key, base_model, tenant_a, adapter_files, transac
         tenant=tenant_a, defaults={"max_adapters": 10_000, "max_versions_per_adapter": 10_000}
     )
     good = {p.name: p.read_bytes() for p in adapter_files.iterdir()}
-    with mock.patch.object(tasks.validate_version, "delay"):
+    with mock.patch.object(tasks.validate_version, "apply_async"):
         yield key_client(tenant_a), good
 
 
