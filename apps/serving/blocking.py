@@ -19,11 +19,11 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _fresh(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    close_old_connections()
-    return fn(*args, **kwargs)
-
-
 async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` in a worker thread, with a usable database connection."""
-    return await asyncio.to_thread(_fresh, fn, *args, **kwargs)
+
+    def call() -> T:
+        close_old_connections()
+        return fn(*args, **kwargs)
+
+    return await asyncio.to_thread(call)

@@ -128,6 +128,11 @@ class EngineDied(EngineNotReady):
     """The engine died while generating this request (its watchdog restarts it)."""
 
 
+class EngineRefused(ValueError):
+    """vLLM refused the request itself (an empty stop string, a prompt longer than the
+    model's context, a token id outside the vocabulary): its message is for the caller."""
+
+
 class Engine:
     """An async vLLM engine with LoRA enabled. Use from one event loop."""
 
@@ -251,25 +256,31 @@ class Engine:
     ) -> AsyncGenerator[Delta, None]:
         """Yield deltas as vLLM produces them. Closing the iterator aborts the request."""
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMValidationError
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError
 
         llm = self._require()
-        params = SamplingParams(
-            max_tokens=sampling.max_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
-            stop=list(sampling.stop) or None,
-            output_kind=RequestOutputKind.DELTA,
-        )
+        try:
+            params = SamplingParams(
+                max_tokens=sampling.max_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                seed=sampling.seed,
+                stop=list(sampling.stop) or None,
+                output_kind=RequestOutputKind.DELTA,
+            )
+        except VLLMValidationError as exc:
+            raise EngineRefused(str(exc)) from None
         engine_prompt: Any = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
         rid = request_id or uuid.uuid4().hex
         lora = self._lora_request(adapter) if adapter is not None else None
         finished = False
         try:
             async for out in self._guarded(
-                llm.generate(engine_prompt, params, rid, lora_request=lora), EngineDeadError
+                llm.generate(engine_prompt, params, rid, lora_request=lora),
+                EngineDeadError,
+                VLLMValidationError,
             ):
                 piece = out.outputs[0]
                 finished = out.finished
@@ -285,13 +296,18 @@ class Engine:
                 await llm.abort(rid)
 
     @staticmethod
-    async def _guarded(outputs: AsyncGenerator[Any, None], dead: type[Exception]):
-        """vLLM's outputs, with its engine-died error turned into ``EngineDied``."""
+    async def _guarded(
+        outputs: AsyncGenerator[Any, None], dead: type[Exception], refused: type[Exception]
+    ):
+        """vLLM's outputs, with its engine-died error turned into ``EngineDied`` and its
+        refusal of the request into ``EngineRefused``."""
         try:
             async for out in outputs:
                 yield out
         except dead as exc:
             raise EngineDied(str(exc) or "the engine core exited") from None
+        except refused as exc:
+            raise EngineRefused(str(exc)) from None
 
     async def complete(
         self,

@@ -13,9 +13,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError
 from starlette.requests import Request
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from apps.serving.node import Node
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 DEFAULT_MAX_TOKENS = 16
 
 
@@ -93,7 +94,7 @@ def control_plane_unavailable() -> oai.ApiError:
     )
 
 
-async def _prepend(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+async def _prepend(first: T, rest: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
     try:
         yield first
         async for chunk in rest:
@@ -364,7 +365,10 @@ class Inference:
             rid = oai.new_id("chatcmpl" if chat else "cmpl")
             deltas = self.node.engine.stream(prompt, sampling, adapter=handle, request_id=rid)
             if body.stream:
-                stream = self._sse(deltas, trace, rid, body.model, chat)
+                # vLLM checks the request when it first runs it: take the first delta before
+                # answering, so that a refusal is a plain 400, not an error inside a 200 stream
+                first_delta = await deltas.__anext__()
+                stream = self._sse(_prepend(first_delta, deltas), trace, rid, body.model, chat)
                 slot = False  # from here the stream releases it and the adapter, in its
                 streaming = True  # `finally`
                 # Start the stream before answering: a started async generator is closed
@@ -397,7 +401,7 @@ class Inference:
             )
         except DatabaseError:
             return self._error(control_plane_unavailable(), trace)
-        except ValueError as exc:  # vLLM refuses e.g. a prompt longer than the model allows
+        except ValueError as exc:  # EngineRefused: vLLM refused the request, its message says why
             return self._error(oai.ApiError(400, str(exc), code="invalid_request"), trace)
         except Exception:
             if not self.node.engine.is_ready:  # it died under this request: retryable

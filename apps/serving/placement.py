@@ -415,26 +415,22 @@ class Placement:
                 ) from None
             finally:
                 if hold:
-                    self._stop_awaiting(lora_id)
+                    self._count_down(self._awaiting, lora_id)
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
 
-    def _stop_awaiting(self, lora_id: int) -> None:
-        count = self._awaiting.get(lora_id, 0) - 1
+    def _count_down(self, counts: dict[int, int], lora_id: int) -> None:
+        """One request fewer on ``lora_id``; at none, a load waiting for room may find it."""
+        count = counts.get(lora_id, 0) - 1
         if count > 0:
-            self._awaiting[lora_id] = count
+            counts[lora_id] = count
         else:
-            self._awaiting.pop(lora_id, None)
-            self._released.set()  # a load waiting for room may find it now
+            counts.pop(lora_id, None)
+            self._released.set()
 
     def release(self, lora_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""
-        count = self._in_use.get(lora_id, 0) - 1
-        if count > 0:
-            self._in_use[lora_id] = count
-        else:
-            self._in_use.pop(lora_id, None)
-            self._released.set()
+        self._count_down(self._in_use, lora_id)
 
     def in_use(self, lora_id: int) -> int:
         return self._in_use.get(lora_id, 0)

@@ -149,6 +149,27 @@ def test_repeated_bad_keys_from_one_address_get_429_until_the_window_has_room(wo
     assert ask(world["a_key"], "198.51.100.78").status_code == 200  # others are served
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"prompt": PROMPT, "stop": ["", "x"]}, "stop cannot contain an empty string"),
+        ({"prompt": "word " * 2000}, "maximum context length"),
+    ],
+    ids=["empty stop string", "prompt over the context"],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_what_the_engine_refuses_is_a_400_with_its_message(world, body, message, stream):
+    answer = httpx.post(
+        f"{world['url']}/v1/completions",
+        headers={"Authorization": f"Bearer {world['a_key']}"},
+        json={"model": "support", "max_tokens": 4, "stream": stream, **body},
+        timeout=60,
+    )
+    assert answer.status_code == 400, answer.text
+    assert message in answer.json()["error"]["message"]
+    assert complete(world["a"])[0].startswith(V1)  # and the node serves on
+
+
 def test_other_tenants_unknown_keys_and_unknown_models_are_refused(world):
     with pytest.raises(openai.NotFoundError) as missing:
         complete(world["b"])
