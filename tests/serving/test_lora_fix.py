@@ -55,3 +55,31 @@ def test_fixed_expand_slice_touches_only_adapter_rows_in_the_slice():
     assert torch.equal(out[1], torch.zeros(8))
     assert torch.allclose(out[0, 2:5], weights[0, 0] @ x[0])
     assert torch.equal(out[0, :2], torch.zeros(2))
+
+
+def original_ops():
+    return tuple(
+        lora_ops.__dict__.get(f"_lorahub_original_{name}", getattr(lora_ops, name))
+        for name in ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
+    )
+
+
+def test_the_probe_tells_vllms_unfixed_ops_from_fixed_ones():
+    assert not lora_fix.base_rows_stay_clean(*original_ops())
+    fixed = (lora_fix.bgmv_shrink, lora_fix.bgmv_expand, lora_fix.bgmv_expand_slice)
+    assert lora_fix.base_rows_stay_clean(*fixed)
+
+
+def test_the_plugin_patches_nothing_once_vllm_has_the_fix(monkeypatch, caplog):
+    """As if the upstream fix (vLLM PR #48421) were installed: vLLM's ops are already right."""
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    upstream = {name: getattr(lora_fix, name) for name in lora_fix._FIXED}
+    monkeypatch.delattr(lora_ops, lora_fix._PATCHED_FLAG, raising=False)
+    for name, op in upstream.items():
+        monkeypatch.setattr(lora_ops, name, op)
+    before = {name: getattr(punica_cpu, name, None) for name in upstream}
+    lora_fix.register()
+    assert not getattr(lora_ops, lora_fix._PATCHED_FLAG, False)
+    assert {name: getattr(punica_cpu, name, None) for name in upstream} == before
+    assert "PR #48421" in caplog.text

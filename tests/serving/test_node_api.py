@@ -154,8 +154,9 @@ def test_repeated_bad_keys_from_one_address_get_429_until_the_window_has_room(wo
     [
         ({"prompt": PROMPT, "stop": ["", "x"]}, "stop cannot contain an empty string"),
         ({"prompt": "word " * 2000}, "maximum context length"),
+        ({"prompt": [1, 2, 10_000_000]}, "out of vocabulary"),
     ],
-    ids=["empty stop string", "prompt over the context"],
+    ids=["empty stop string", "prompt over the context", "token id outside the vocabulary"],
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_what_the_engine_refuses_is_a_400_with_its_message(world, body, message, stream):
