@@ -124,7 +124,7 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
 
     from django.conf import settings
 
-    from apps.registry import aliases, keys, tasks
+    from apps.registry import aliases, keys
     from apps.registry import services as registry
     from apps.serving import demo_corpus as corpus
     from apps.serving.demo_assets import build_demo_assets
@@ -146,7 +146,7 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
     tenant_services.grant_platform_role(user=reviewer, role=PlatformRole.REVIEWER)
     sources = [demo / "adapters" / name for name in ("support-v1", "support-v2", "legal-v1")]
     targets, versions = [], {}
-    with mock.patch.object(tasks.validate_version, "apply_async"):  # validated here, by publish
+    with mock.patch.object(registry, "send_validation"):  # validated here, by publish
         for n, (slug, priority) in enumerate(TENANTS):
             tenant = tenant_services.create_tenant(slug=slug, name=slug, priority=priority)
             row, key = tenant_services.issue_api_key(tenant=tenant, name="soak", actor=None)

@@ -261,18 +261,27 @@ def _gather_files(version: AdapterVersion, work: Path) -> Path:
     return folder
 
 
+VALIDATE_TASK = "apps.registry.tasks.validate_version"
+
+
+def send_validation(version_id: int) -> None:
+    """Queue ``validate_version`` for the worker. By name: ``tasks.py`` calls this module, so
+    this module does not import it. Nobody waits for the result: without ``ignore_result``,
+    Celery first subscribes to the result backend, which retries 20 s against a dead Redis
+    and then breaks for good."""
+    from lorahub.celery import app
+
+    app.send_task(VALIDATE_TASK, args=(version_id,), ignore_result=True)
+
+
 def _queue_validation(version_id: int) -> None:
     """Queue the validation of a committed upload. A broker that does not answer (Redis
     down) must not fail the upload, which is stored: the stale-validation sweep queues it
     once the broker is back (Celery beat, and every worker as it starts)."""
     from kombu.exceptions import OperationalError
 
-    from apps.registry import tasks
-
     try:
-        # nobody waits for its result: without ignore_result, Celery first subscribes to the
-        # result backend, which retries 20 s against a dead Redis and then breaks for good
-        tasks.validate_version.apply_async((version_id,), ignore_result=True)
+        send_validation(version_id)
     except OperationalError as exc:
         logger.warning(
             "could not queue the validation of version %s (%s); the stale-validation sweep "
@@ -287,8 +296,6 @@ def requeue_stale_validations(*, older_than_s: float) -> list[int]:
     upload: the worker died mid-task or the broker lost the message. Safe to repeat:
     ``validate_version`` judges a version once (row lock + state check), so a duplicate
     task finds it judged and does nothing."""
-    from apps.registry import tasks
-
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     stale = list(
         AdapterVersion.objects.filter(state=VersionState.VALIDATING, created_at__lt=cutoff)
@@ -297,7 +304,7 @@ def requeue_stale_validations(*, older_than_s: float) -> list[int]:
     )
     for version_id in stale:
         logger.warning("version %s is still validating; queueing its validation again", version_id)
-        tasks.validate_version.delay(version_id)
+        send_validation(version_id)
     return stale
 
 

@@ -11,6 +11,7 @@ from apps.registry.storage import StorageError
 
 
 @shared_task(
+    name=services.VALIDATE_TASK,
     autoretry_for=(StorageError,),
     retry_backoff=2,
     retry_kwargs={"max_retries": 4},

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError
 from starlette.requests import Request
@@ -35,12 +35,10 @@ from apps.serving.placement import (
     Owner,
     Placed,
 )
+from apps.serving.state import NodeState
 from apps.serving.stats import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
-
-if TYPE_CHECKING:
-    from apps.serving.node import Node
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,7 +102,7 @@ async def _prepend(first: T, rest: AsyncGenerator[T, None]) -> AsyncGenerator[T,
 
 
 class Inference:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeState) -> None:
         self.node = node
 
     # --- steps 1-3 -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from apps.registry import tasks
+from apps.registry import services, tasks
 from apps.registry.models import AdapterVersion
 from apps.tenants.models import AuditEvent
 from tests.conftest import start_worker, stop
@@ -21,7 +21,7 @@ from tests.helpers import files_of, key_client, upload, wait_validated
 def test_a_lost_validation_is_swept_up_and_judged_once(registry, tenant_a, adapter_files):
     tenant = key_client(tenant_a)
     # the fault: the broker loses the validation message
-    with mock.patch.object(tasks.validate_version, "apply_async"):
+    with mock.patch.object(services, "send_validation"):
         response = upload(tenant, "support", files_of(adapter_files), version="lost.1")
     assert response.status_code == 202, response.content
     version_id = response.json()["id"]

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from apps.registry import services, tasks
+from apps.registry import services
 from apps.registry.models import AdapterVersion
 from apps.registry.storage import get_store
 from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME, sha256_file
@@ -67,7 +67,7 @@ def world(s3_settings, signing_key, base_model, tenant_a, adapter_files, transac
         tenant=tenant_a, defaults={"max_adapters": 10_000, "max_versions_per_adapter": 10_000}
     )
     good = {p.name: p.read_bytes() for p in adapter_files.iterdir()}
-    with mock.patch.object(tasks.validate_version, "apply_async"):
+    with mock.patch.object(services, "send_validation"):
         yield key_client(tenant_a), good
 
 
