@@ -13,7 +13,13 @@ NODES ?= 1
 TEST_ENV := DATABASE_URL=postgres://postgres@127.0.0.1:5432/lorahub \
 	CELERY_BROKER_URL=redis://127.0.0.1:6379/15
 
-.PHONY: run test install services lint demo haproxy
+# The control plane without the engine (issue 13): its own virtualenv with neither vLLM nor
+# torch, running every test that is not marked engine or browser.
+CP_VENV := .venv-control-plane
+CP_PY := $(CP_VENV)/bin/python
+CP_STAMP := $(CP_VENV)/.installed
+
+.PHONY: run test test-control-plane install services lint demo haproxy
 
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -26,6 +32,18 @@ run: $(STAMP)
 
 test: $(STAMP) services
 	$(TEST_ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The demo assets are built (with torch) by the main virtualenv; the control plane only reads them.
+test-control-plane: $(CP_STAMP) services demo
+	@$(CP_PY) -c "import importlib.util as u, sys; found = [m for m in ('vllm', 'torch') if u.find_spec(m)]; sys.exit(f'{found} must not be installed in $(CP_VENV)' if found else 0)"
+	$(TEST_ENV) $(CP_PY) -m pytest -m "not engine and not browser" $(PYTEST_ARGS)
+
+$(CP_STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
+	test -x $(CP_PY) || $(PYTHON) -m venv $(CP_VENV)
+	$(CP_PY) -m pip install --quiet --upgrade pip
+	$(CP_PY) -m pip install --quiet -e ".[dev]"
+	touch $(CP_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

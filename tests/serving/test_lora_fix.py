@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
+from vllm.lora.ops.torch_ops import lora_ops
 
-torch = pytest.importorskip("torch")
+from apps.serving import lora_fix
 
-from vllm.lora.ops.torch_ops import lora_ops  # noqa: E402
-
-from apps.serving import lora_fix  # noqa: E402
+pytestmark = pytest.mark.engine  # vLLM's own ops (not the engine on the demo model)
 
 
 def stacked(num_loras: int, out: int, inp: int):
