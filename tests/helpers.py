@@ -200,3 +200,21 @@ def stream_completion(
         out["error"] = type(exc).__name__
     out["done"] = "data: [DONE]" in out["text"]
     return out
+
+
+def node_metric(url: str, name: str, **labels: str) -> float:
+    """The sum of a node's samples called ``name`` whose labels include ``labels`` (read with
+    the internal token, parsed by prometheus_client's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.conftest import NODE_INTERNAL_TOKEN  # (conftest imports this module)
+
+    text = httpx.get(
+        f"{url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}
+    ).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )

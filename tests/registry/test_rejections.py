@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import time
 import zipfile
 
 import numpy as np
@@ -37,8 +38,13 @@ def named(data: bytes, name: str) -> io.BytesIO:
     return handle
 
 
-def assert_nothing_stored() -> None:
-    assert [i.key for i in get_store().list("")] == []
+def assert_nothing_stored(within_s: float = 10) -> None:
+    """Nothing in the registry: the worker clears a staged upload right after its verdict
+    commits (never before: a verdict that rolls back needs it again), so give it a moment."""
+    deadline = time.monotonic() + within_s
+    while keys := [i.key for i in get_store().list("")]:
+        assert time.monotonic() < deadline, keys
+        time.sleep(0.05)
 
 
 # --- refused at once -------------------------------------------------------------------------

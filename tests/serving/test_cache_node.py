@@ -25,7 +25,7 @@ from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
 from apps.tenants.events import publish_change
 from tests.conftest import NODE_INTERNAL_TOKEN
-from tests.helpers import key_client, publish, user_client
+from tests.helpers import key_client, node_metric, publish, user_client
 
 pytestmark = pytest.mark.engine
 
@@ -88,16 +88,7 @@ class Cache:
             time.sleep(0.05)
 
     def metric(self, name: str, **labels: str) -> float:
-        total = 0.0
-        for line in httpx.get(f"{self.url}/metrics", headers=INTERNAL).text.splitlines():
-            if line.startswith("#"):
-                continue
-            series, value = line.rsplit(" ", 1)
-            if series.split("{")[0] == name and all(
-                f'{k}="{v}"' in series for k, v in labels.items()
-            ):
-                total += float(value)
-        return total
+        return node_metric(self.url, name, **labels)
 
 
 def ask(key: str, url: str, model: str, max_tokens: int = 2) -> httpx.Response:

@@ -86,9 +86,23 @@ def test_a_forged_manifest_is_refused_before_any_download(setup):
     store, resolved, keys, disk = setup
     from dataclasses import replace
 
+    class Recording:  # the registry, recording what is fetched from it
+        def __init__(self) -> None:
+            self.fetched: list[str] = []
+
+        def download(self, key, dest):
+            self.fetched.append(key)
+            return store.download(key, dest)
+
+    registry = Recording()
     forged = replace(resolved, manifest={**resolved.manifest, "rank": 16})
     with pytest.raises(IntegrityFailure, match="signature does not verify"):
-        disk.land(forged, store, keys)
+        disk.land(forged, registry, keys)
+    assert registry.fetched == []  # not one byte fetched for a manifest that does not verify
+    assert not disk.folder(forged).exists()
+    assert [p for p in disk.root.rglob("*") if p.is_file()] == []
+    disk.land(resolved, registry, keys)  # the same store, with the true manifest: fetched
+    assert registry.fetched
 
 
 def test_rebuild_keeps_verified_folders_and_drops_corrupt_or_half_landed_ones(setup):

@@ -27,7 +27,7 @@ from tests.conftest import (
     stop,
     wait_for_port,
 )
-from tests.helpers import publish
+from tests.helpers import node_metric, publish
 
 pytestmark = pytest.mark.engine
 
@@ -281,19 +281,6 @@ def postgres(action: str) -> None:
         time.sleep(0.2)
 
 
-def node_metric(node: NodeProcess, name: str) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(
-        f"{node.url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}
-    ).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return sample.value
-    raise AssertionError(f"{name} is not in the node's metrics")
-
-
 def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics(
     published, tenant_a, tmp_path, s3_server, transactional_db
 ):
@@ -341,7 +328,7 @@ def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics
             assert refused.headers["retry-after"]
             assert httpx.get(f"{node.url}/healthz", timeout=5).status_code == 200
             time.sleep(3)  # a few statistics flushes fail meanwhile
-            held = node_metric(node, "request_stats_backlog")
+            held = node_metric(node.url, "request_stats_backlog")
             assert held >= 6, held  # kept, not lost
         finally:
             postgres("start")
@@ -363,10 +350,10 @@ def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics
         while (written := RequestLog.objects.filter(node="pg-fault-node").count()) < answered:
             assert time.monotonic() < deadline, f"{written} of {answered} requests in the log"
             time.sleep(0.5)
-        dropped = node_metric(node, "request_stats_dropped_total")
+        dropped = node_metric(node.url, "request_stats_dropped_total")
         assert written + dropped == answered, (written, dropped, answered)
         assert dropped == 0
-        assert node_metric(node, "request_stats_backlog") == 0
+        assert node_metric(node.url, "request_stats_backlog") == 0
         print(
             f"postgres outage of {back - outage:.1f} s: {answered} requests answered, "
             f"{written} in the request log, {dropped:.0f} dropped; the node served a new key "
