@@ -1,4 +1,6 @@
-"""The vLLM engine, behind a small typed surface. The only module that imports vllm or torch.
+"""The vLLM engine, behind a small typed surface. With ``vllm_api.py`` (vLLM's OpenAI serving
+layer, which this module loads once the engine has started), the only module that imports
+vllm or torch.
 
 Both imports are lazy, so the web console and the Celery worker start without them. Data that
 crosses this boundary is frozen dataclasses: the rest of lorahub never sees a vLLM type, and the
@@ -132,6 +134,29 @@ class EngineRefused(ValueError):
     """vLLM refused the request itself (an empty stop string, a prompt longer than the
     model's context, a token id outside the vocabulary): its message is for the caller."""
 
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Generation:
+    """What one OpenAI request did in the engine, filled in as vLLM's outputs arrive (for the
+    node's statistics: vLLM's serving layer formats the response itself)."""
+
+    first_token_s: float | None = None  # perf_counter() when the first token arrived
+    prompt_tokens_of: dict[str, int] = field(default_factory=dict)  # per engine request
+    completion_tokens_of: dict[str, int] = field(default_factory=dict)
+    died: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.prompt_tokens_of.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(self.completion_tokens_of.values())
+
 
 class Engine:
     """An async vLLM engine with LoRA enabled. Use from one event loop."""
@@ -139,6 +164,7 @@ class Engine:
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self._llm: Any = None
+        self._front: Any = None  # vllm_api.Front: vLLM's OpenAI serving classes
         self.state = "stopped"
         self.startup_seconds: float | None = None
 
@@ -175,7 +201,15 @@ class Engine:
         )
         try:
             self._llm = AsyncLLM.from_engine_args(args)
+            from apps.serving.vllm_api import Front
+
+            self._front = Front(
+                self._llm, served_model_name=s.served_model_name, model_dir=s.model_dir
+            )
         except Exception:
+            if self._llm is not None:
+                self._llm.shutdown()
+                self._llm = None
             self.state = "failed"
             raise
         self.startup_seconds = time.perf_counter() - started
@@ -186,6 +220,7 @@ class Engine:
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
+            self._front = None
         self.state = "stopped"
 
     @property
@@ -240,6 +275,35 @@ class Engine:
 
     async def list_adapters(self) -> set[int]:
         return set(await self._require().list_loras())
+
+    # --- the OpenAI API, through vLLM's serving layer ----------------------------------------
+
+    def openai_request(self, *, chat: bool, body: dict[str, Any]) -> Any:
+        """vLLM's request model for an allow-listed body; ``EngineRefused`` says what is
+        wrong with it. Opaque to the caller: it only goes back into ``openai``."""
+        self._require()
+        return self._front.request(chat, body)
+
+    async def openai(
+        self,
+        request: Any,
+        *,
+        adapter: AdapterHandle | None,
+        model_name: str,
+        generation: Generation,
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        """Run ``request`` with ``adapter`` (None: the base model), answering as
+        ``model_name``: the response body, or its server-sent events as strings."""
+        self._require()
+        lora = self._lora_request(adapter) if adapter is not None else None
+        return await self._front.serve(
+            request, lora=lora, model_name=model_name, generation=generation
+        )
+
+    def model_cards(self, names: list[str], owner: str) -> list[dict[str, Any]]:
+        """``/v1/models`` entries in vLLM's shape: the tenant's aliases, then the base model."""
+        self._require()
+        return self._front.model_cards(names, owner)
 
     # --- generation ---------------------------------------------------------------------
 

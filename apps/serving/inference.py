@@ -10,6 +10,7 @@ folder; nothing the caller sends becomes a path or an adapter name.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -25,7 +26,7 @@ from apps.registry.aliases import ResolvedVersion
 from apps.serving import blocking
 from apps.serving import openai_api as oai
 from apps.serving.directory import Caller
-from apps.serving.engine import EngineDied, EngineNotReady, Sampling
+from apps.serving.engine import EngineDied, EngineNotReady, EngineRefused, Generation
 from apps.serving.fleet import node_header
 from apps.serving.placement import (
     AdapterIntegrityError,
@@ -42,7 +43,6 @@ from apps.tenants.throttle import message as throttle_message
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-DEFAULT_MAX_TOKENS = 16
 
 
 @dataclass
@@ -77,6 +77,31 @@ class Trace:
         if self.degraded:
             headers["X-Lorahub-Degraded"] = "1"
         return headers
+
+
+def engine_unavailable(why: object) -> oai.ApiError:
+    return oai.ApiError(
+        503,
+        f"the engine is not ready ({why}); retry shortly",
+        type_="overloaded_error",
+        code="engine_unavailable",
+        retry_after=5,
+    )
+
+
+def _error_event(event: str) -> oai.ApiError | None:
+    """The error in a server-sent event from vLLM's serving layer, if it is one."""
+    if not event.startswith('data: {"error"'):
+        return None
+    try:
+        error = json.loads(event[len("data: ") :])["error"]
+        status = int(error.get("code") or 400)
+        message = str(error.get("message") or "the request was refused")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return oai.ApiError(500, "generation failed", type_="server_error")
+    if status >= 500:
+        return oai.ApiError(500, message, type_="server_error", code="internal_error")
+    return oai.ApiError(status, message, code="invalid_request")
 
 
 def control_plane_unavailable() -> oai.ApiError:
@@ -312,31 +337,29 @@ class Inference:
         try:
             trace.caller = await self.authenticate(request)
             names = await blocking.run(self.node.directory.aliases_of, trace.caller.tenant_id)
+            cards = self.node.engine.model_cards(names, trace.caller.tenant_slug)
         except oai.ApiError as exc:
             return self._error(exc, trace)
+        except EngineNotReady as exc:
+            return self._error(engine_unavailable(exc), trace)
         except DatabaseError:
             return self._error(control_plane_unavailable(), trace)
-        return JSONResponse(
-            oai.models_body(
-                names, trace.caller.tenant_slug, self.node.engine.settings.served_model_name
-            ),
-            headers=node_header(),
-        )
+        return JSONResponse({"object": "list", "data": cards}, headers=node_header())
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         trace = Trace()
         slot = queued = streaming = False
         try:
             trace.caller = await self.authenticate(request)
-            body = oai.parse(
-                oai.ChatRequest if chat else oai.CompletionRequest, await request.body()
-            )
+            body = oai.parse(await request.body(), chat=chat)
+            model = body["model"]
             request_key = (
-                body.user or request.headers.get("x-lorahub-request-key") or uuid.uuid4().hex
+                body.get("user") or request.headers.get("x-lorahub-request-key") or uuid.uuid4().hex
             )
-            await self.resolve(trace, body.model, request_key)
+            await self.resolve(trace, model, request_key)
             if not self.node.engine.is_ready:
                 raise EngineNotReady(self.node.engine.info().state)
+            engine_request = self.node.engine.openai_request(chat=chat, body=body)
             # Place first: a cold load must not hold a generation slot that hot requests
             # need (no head-of-line blocking).
             self.enter_queue()
@@ -348,71 +371,48 @@ class Inference:
             queued = False
             await self.node.placement.enter_engine(handle.lora_id if handle else None)
             trace.active = handle is not None
-            prompt = self._prompt(body, chat)
-            sampling = Sampling(
-                max_tokens=(
-                    getattr(body, "max_completion_tokens", None)
-                    or body.max_tokens
-                    or DEFAULT_MAX_TOKENS
-                ),
-                temperature=body.temperature,
-                top_p=body.top_p,
-                seed=body.seed,
-                stop=body.stop_list(),
+            generation = Generation()
+            result = await self._generate(request, engine_request, handle, model, generation)
+            if isinstance(result, dict):
+                self._observe(trace, generation)
+                self._finish(trace, 200)
+                return JSONResponse(result, headers=trace.headers())
+            # vLLM checks the request when it first runs it: take the first event before
+            # answering, so that a refusal is a plain error response, not one inside a 200
+            first_event = await result.__anext__()
+            refused = _error_event(first_event)
+            if refused is not None:
+                await result.aclose()
+                if generation.died:
+                    raise EngineDied("the engine core exited")
+                raise refused
+            stream = self._sse(_prepend(first_event, result), trace, generation)
+            slot = False  # from here the stream releases it and the adapter, in its
+            streaming = True  # `finally`
+            # Start the stream before answering: a started async generator is closed
+            # (and its `finally` run) even if the client vanishes before the first byte.
+            first = await stream.__anext__()
+            return StreamingResponse(
+                _prepend(first, stream),
+                media_type="text/event-stream",
+                headers=trace.headers(),
             )
-            rid = oai.new_id("chatcmpl" if chat else "cmpl")
-            deltas = self.node.engine.stream(prompt, sampling, adapter=handle, request_id=rid)
-            if body.stream:
-                # vLLM checks the request when it first runs it: take the first delta before
-                # answering, so that a refusal is a plain 400, not an error inside a 200 stream
-                first_delta = await deltas.__anext__()
-                stream = self._sse(_prepend(first_delta, deltas), trace, rid, body.model, chat)
-                slot = False  # from here the stream releases it and the adapter, in its
-                streaming = True  # `finally`
-                # Start the stream before answering: a started async generator is closed
-                # (and its `finally` run) even if the client vanishes before the first byte.
-                first = await stream.__anext__()
-                return StreamingResponse(
-                    _prepend(first, stream),
-                    media_type="text/event-stream",
-                    headers=trace.headers(),
-                )
-            text, finish = await self._collect(request, deltas, trace)
-            use = oai.usage(trace.prompt_tokens, trace.completion_tokens)
-            payload = (oai.chat_body if chat else oai.completion_body)(
-                rid, body.model, text, finish, use
-            )
-            self._finish(trace, 200)
-            return JSONResponse(payload, headers=trace.headers())
         except oai.ApiError as exc:
             return self._error(exc, trace)
         except EngineNotReady as exc:
+            return self._error(engine_unavailable(exc), trace)
+        except DatabaseError:
+            return self._error(control_plane_unavailable(), trace)
+        except EngineRefused as exc:  # vLLM refused the request: its message says why
             return self._error(
                 oai.ApiError(
-                    503,
-                    f"the engine is not ready ({exc}); retry shortly",
-                    type_="overloaded_error",
-                    code="engine_unavailable",
-                    retry_after=5,
+                    exc.status if exc.status < 500 else 400, str(exc), code="invalid_request"
                 ),
                 trace,
             )
-        except DatabaseError:
-            return self._error(control_plane_unavailable(), trace)
-        except ValueError as exc:  # EngineRefused: vLLM refused the request, its message says why
-            return self._error(oai.ApiError(400, str(exc), code="invalid_request"), trace)
         except Exception:
             if not self.node.engine.is_ready:  # it died under this request: retryable
-                return self._error(
-                    oai.ApiError(
-                        503,
-                        "the engine is restarting; retry shortly",
-                        type_="overloaded_error",
-                        code="engine_unavailable",
-                        retry_after=5,
-                    ),
-                    trace,
-                )
+                return self._error(engine_unavailable("restarting"), trace)
             logger.exception("inference request failed")
             return self._error(
                 oai.ApiError(
@@ -431,67 +431,47 @@ class Inference:
             if not streaming:
                 self.let_go(trace)
 
-    def _prompt(self, body: Any, chat: bool) -> str | list[int]:
-        if not chat:
-            return body.prompt
-        messages = [{"role": m.role, "content": m.content} for m in body.messages]
-        return self.node.engine.tokenizer().apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+    def _observe(self, trace: Trace, generation: Generation) -> None:
+        if trace.ttft_ms is None and generation.first_token_s is not None:
+            trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
+        trace.prompt_tokens = generation.prompt_tokens
+        trace.completion_tokens = generation.completion_tokens
+
+    async def _generate(
+        self,
+        request: Request,
+        engine_request: Any,
+        handle: Any,
+        model: str,
+        generation: Generation,
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        """vLLM's answer; a non-streamed one is aborted in vLLM if the client goes away."""
+        task = asyncio.ensure_future(
+            self.node.engine.openai(
+                engine_request, adapter=handle, model_name=model, generation=generation
+            )
         )
-
-    def _observe(self, trace: Trace, delta) -> None:
-        if trace.ttft_ms is None and delta.token_ids:
-            trace.ttft_ms = (time.perf_counter() - trace.started) * 1000
-        trace.completion_tokens += len(delta.token_ids)
-        trace.prompt_tokens = delta.prompt_tokens or trace.prompt_tokens
-
-    async def _collect(self, request: Request, deltas: AsyncGenerator, trace: Trace):
-        """Drain the generation; abort it in vLLM if the client goes away meanwhile."""
-        pieces: list[str] = []
-        finish = None
-
-        async def drain() -> None:
-            nonlocal finish
-            async for delta in deltas:
-                self._observe(trace, delta)
-                pieces.append(delta.text)
-                finish = delta.finish_reason or finish
-
-        task = asyncio.ensure_future(drain())
         while not task.done():
             await asyncio.wait({task}, timeout=0.25)
             if not task.done() and await request.is_disconnected():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                await deltas.aclose()
                 raise oai.ApiError(499, "client closed the request", code="client_closed")
-        task.result()
-        return "".join(pieces), finish
+        return task.result()
 
     async def _sse(
-        self, deltas: AsyncGenerator, trace: Trace, rid: str, model: str, chat: bool
+        self, events: AsyncGenerator[str, None], trace: Trace, generation: Generation
     ) -> AsyncGenerator[bytes, None]:
         status = 200
         try:
-            if chat:
-                yield oai.sse(
-                    oai.chat_chunk(rid, model, {"role": "assistant", "content": ""}, None)
-                )
-            async for delta in deltas:
-                self._observe(trace, delta)
-                if chat:
-                    chunk = oai.chat_chunk(
-                        rid,
-                        model,
-                        {"content": delta.text} if delta.text else {},
-                        delta.finish_reason,
-                    )
-                else:
-                    chunk = oai.completion_chunk(rid, model, delta.text, delta.finish_reason)
-                yield oai.sse(chunk)
-            yield oai.sse("[DONE]")
+            async for event in events:
+                if trace.ttft_ms is None and generation.first_token_s is not None:
+                    trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
+                if generation.died and _error_event(event) is not None:
+                    raise EngineDied("the engine core exited")
+                yield event.encode()
         except asyncio.CancelledError:
-            status = 499  # the client went away; closing `deltas` aborts the request in vLLM
+            status = 499  # the client went away; closing `events` aborts the request in vLLM
             raise
         except EngineDied:
             status = 503
@@ -510,9 +490,10 @@ class Inference:
             logger.exception("streamed generation failed")
             yield oai.sse(oai.ApiError(500, "generation failed", type_="server_error").body())
         finally:
-            await deltas.aclose()
+            await events.aclose()
             self.node.slots.release()
             self.let_go(trace)
+            self._observe(trace, generation)
             self._finish(trace, status)
 
     # --- step 5 ----------------------------------------------------------------------------

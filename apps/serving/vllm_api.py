@@ -1,0 +1,218 @@
+"""vLLM's own OpenAI serving layer, bound to the choices the node made for each request.
+
+vLLM's ``OpenAIServingCompletion`` and ``OpenAIServingChat`` do the protocol work: request
+models and their sampling parameters, chat templates and content parts, logprobs, ``n``,
+prompt lists, ``echo``, usage chunks, structured outputs, and the response shapes. The node
+keeps everything before that (key, alias, canary, admission, placement) and hands over the
+request with the adapter it chose. Three overrides make sure that choice is the only one:
+
+- ``_check_model`` and ``_maybe_get_adapters`` do not look the model up: the adapter is the
+  one the node placed (``None`` for the base model), whatever the body says;
+- the engine client they get is ``_NodeEngine``, which passes every ``generate`` to vLLM
+  with that adapter (so no code path in vLLM's layer can pick another), counts tokens and the
+  time to the first one for the node's statistics, and turns vLLM's engine-died and
+  request-refused errors into the node's ``EngineDied`` / ``EngineRefused``;
+- the response's ``model`` is the alias the caller asked for.
+
+Imports vLLM (and torch) at module level: only ``engine.py`` imports this module, once the
+engine has started, so the console and the worker never load it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from vllm.entrypoints.openai.chat_completion.protocol import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+)
+from vllm.entrypoints.openai.chat_completion.serving import OpenAIServingChat
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponse
+from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+from vllm.entrypoints.openai.models.protocol import BaseModelPath
+from vllm.entrypoints.openai.models.serving import OpenAIServingModels
+from vllm.entrypoints.serve import create_error_response
+from vllm.entrypoints.serve.engine.protocol import ErrorResponse, ModelCard, ModelPermission
+from vllm.exceptions import VLLMError, VLLMValidationError
+from vllm.lora.request import LoRARequest
+from vllm.renderers.online_renderer import OnlineRenderer
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine.exceptions import EngineDeadError
+
+from apps.serving.engine import EngineDied, EngineRefused, Generation
+
+# What the node chose for the request being handed over: (adapter or None, the model name
+# the response shows). Set by ``Front.serve`` for the duration of vLLM's create_* call.
+_CHOICE: contextvars.ContextVar[tuple[LoRARequest | None, str, Generation]] = (
+    contextvars.ContextVar("lorahub_choice")
+)
+
+
+class _NodeEngine:
+    """The engine client vLLM's serving classes see: the real ``AsyncLLM`` for everything,
+    except that ``generate`` uses the node's adapter and reports to the request's
+    ``Generation``."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any):
+        lora, _, generation = _CHOICE.get()
+        kwargs["lora_request"] = lora  # the node's choice, never one vLLM's layer found
+        kwargs.pop("priority", None)  # the node's admission orders requests, not the body
+        if getattr(sampling_params, "output_kind", None) == RequestOutputKind.FINAL_ONLY:
+            # A non-streamed answer: cumulative outputs end with the same final one, and show
+            # when the first token came (the TTFT the node records for every request).
+            sampling_params.output_kind = RequestOutputKind.CUMULATIVE
+        return self._observed(
+            self._llm.generate(prompt, sampling_params, request_id, **kwargs),
+            sampling_params.output_kind == RequestOutputKind.DELTA,
+            generation,
+        )
+
+    @staticmethod
+    async def _observed(outputs: AsyncGenerator[Any, None], delta: bool, generation: Generation):
+        counts: dict[int, int] = {}
+        try:
+            async for out in outputs:
+                if out.prompt_token_ids is not None:
+                    generation.prompt_tokens_of[out.request_id] = len(out.prompt_token_ids)
+                for piece in out.outputs:
+                    n = len(piece.token_ids)
+                    counts[piece.index] = counts.get(piece.index, 0) + n if delta else n
+                    if n and generation.first_token_s is None:
+                        generation.first_token_s = time.perf_counter()
+                generation.completion_tokens_of[out.request_id] = sum(counts.values())
+                yield out
+        except EngineDeadError as exc:
+            generation.died = True
+            raise EngineDied(str(exc) or "the engine core exited") from None
+        except VLLMValidationError as exc:
+            raise EngineRefused(str(exc)) from None
+
+
+class _NodeModels(OpenAIServingModels):
+    def model_name(self, lora_request: LoRARequest | None = None) -> str:
+        return _CHOICE.get()[1]
+
+
+class _Chosen:
+    """The overrides both serving classes share."""
+
+    async def _check_model(self, request: Any) -> ErrorResponse | None:
+        return None  # the node resolved the caller's alias itself
+
+    def _maybe_get_adapters(self, request: Any, supports_default_mm_loras: bool = False):
+        return _CHOICE.get()[0]
+
+
+class _Completions(_Chosen, OpenAIServingCompletion):
+    pass
+
+
+class _Chat(_Chosen, OpenAIServingChat):
+    pass
+
+
+class Front:
+    """The serving classes for one running engine (rebuilt when the engine restarts)."""
+
+    def __init__(self, llm: Any, *, served_model_name: str, model_dir: Path) -> None:
+        client: Any = _NodeEngine(llm)  # an EngineClient by delegation
+        self.models = _NodeModels(
+            client, [BaseModelPath(name=served_model_name, model_path=str(model_dir))]
+        )
+        renderer = OnlineRenderer(
+            model_config=llm.model_config,
+            renderer=llm.renderer,
+            request_logger=None,
+            chat_template=None,
+            chat_template_content_format="auto",
+        )
+        renderer.warmup()
+        self.completions = _Completions(
+            client, self.models, online_renderer=renderer, request_logger=None
+        )
+        self.chat = _Chat(
+            client,
+            self.models,
+            "assistant",
+            online_renderer=renderer,
+            request_logger=None,
+            chat_template=None,
+            chat_template_content_format="auto",
+        )
+        self.max_model_len = llm.model_config.max_model_len
+
+    @staticmethod
+    def request(chat: bool, body: dict[str, Any]) -> Any:
+        """vLLM's request model for ``body`` (already through the node's allow-list)."""
+        try:
+            return (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "body"
+            message = first["msg"].removeprefix("Value error, ")
+            raise EngineRefused(f"{where}: {message}") from None
+
+    async def serve(
+        self,
+        request: Any,
+        *,
+        lora: LoRARequest | None,
+        model_name: str,
+        generation: Generation,
+    ) -> dict[str, Any] | AsyncGenerator[str, None]:
+        """The response body, or the stream of server-sent events (``data: …\\n\\n``)."""
+        token = _CHOICE.set((lora, model_name, generation))
+        result: Any
+        try:
+            if isinstance(request, ChatCompletionRequest):
+                result = await self.chat.create_chat_completion(request, None)
+            else:
+                result = await self.completions.create_completion(request, None)
+        except (VLLMError, ValueError, TypeError, OverflowError, NotImplementedError) as exc:
+            if isinstance(exc, EngineRefused):
+                raise
+            # what vLLM's own server answers for it (a refusal of the request: 4xx)
+            result = create_error_response(exc)
+            if result.error.code >= 500:
+                raise
+        finally:
+            _CHOICE.reset(token)
+        if isinstance(result, ErrorResponse):
+            raise EngineRefused(result.error.message, status=result.error.code)
+        if isinstance(result, (CompletionResponse, ChatCompletionResponse)):
+            return result.model_dump(exclude_none=False)
+        return result
+
+    def model_cards(self, names: list[str], owner: str) -> list[dict[str, Any]]:
+        base = self.models.base_model_paths[0]
+        cards = [
+            ModelCard(
+                id=name,
+                owned_by=owner,
+                root=name,
+                parent=base.name,
+                max_model_len=self.max_model_len,
+                permission=[ModelPermission()],
+            )
+            for name in names
+        ]
+        cards.append(
+            ModelCard(
+                id=base.name,
+                root=base.name,
+                max_model_len=self.max_model_len,
+                permission=[ModelPermission()],
+            )
+        )
+        return [card.model_dump() for card in cards]
