@@ -65,6 +65,38 @@ class EngineSettings:
             kv_cache_bytes=settings.LORAHUB_ENGINE_KV_CACHE_MB * 1024 * 1024,
         )
 
+    def stock_server_argv(self, port: int, lora_modules: dict[str, Path]) -> list[str]:
+        """The command line of stock vLLM's OpenAI server with this engine's model, limits
+        and sampling seed, serving ``lora_modules`` (name -> folder) statically: the baseline
+        the compatibility test and ``bench/load_mix.py`` compare the node with."""
+        import sys
+
+        argv = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--model={self.model_dir}",
+            f"--tokenizer={self.model_dir}",
+            f"--served-model-name={self.served_model_name}",
+            f"--dtype={self.dtype}",
+            f"--max-model-len={self.max_model_len}",
+            f"--kv-cache-memory-bytes={self.kv_cache_bytes}",
+            f"--max-num-seqs={self.max_num_seqs}",
+            f"--seed={self.seed}",
+            "--enable-lora",
+            f"--max-loras={self.max_loras}",
+            f"--max-cpu-loras={self.max_cpu_loras}",
+            f"--max-lora-rank={self.max_lora_rank}",
+            "--no-enable-prefix-caching",
+            "--disable-log-stats",
+        ]
+        if lora_modules:
+            argv.append("--lora-modules")
+            argv += [f"{name}={path}" for name, path in lora_modules.items()]
+        return argv
+
 
 @dataclass(frozen=True)
 class AdapterHandle:

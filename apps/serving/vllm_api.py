@@ -68,9 +68,13 @@ class _NodeEngine:
         lora, _, generation = _CHOICE.get()
         kwargs["lora_request"] = lora  # the node's choice, never one vLLM's layer found
         kwargs.pop("priority", None)  # the node's admission orders requests, not the body
-        if getattr(sampling_params, "output_kind", None) == RequestOutputKind.FINAL_ONLY:
-            # A non-streamed answer: cumulative outputs end with the same final one, and show
-            # when the first token came (the TTFT the node records for every request).
+        if (
+            getattr(sampling_params, "output_kind", None) == RequestOutputKind.FINAL_ONLY
+            and getattr(sampling_params, "n", 1) == 1
+        ):
+            # A non-streamed answer of one choice: cumulative outputs end with the same final
+            # one and show when the first token came (the TTFT the node records). With n > 1
+            # vLLM's layer keeps only the last output, which then holds one choice: untouched.
             sampling_params.output_kind = RequestOutputKind.CUMULATIVE
         return self._observed(
             self._llm.generate(prompt, sampling_params, request_id, **kwargs),
