@@ -1,10 +1,11 @@
 """The node's in-memory view of API keys, aliases and quotas. The database stays the truth.
 
-Lookups on the request path are dictionary reads. A miss reads the database once and caches
-the answer (including "no such key"). Entries are dropped when a change broadcast names them
+Lookups on the request path are dictionary reads, on the node's event loop (``cached_*``).
+A miss reads the database once, in a worker thread, and caches the answer (including "no
+such key"). Entries are dropped when a change broadcast names them
 (``apps/tenants/events.py``), and everything is reloaded by a periodic full refresh, the safety
-net for a lost message. All methods here are synchronous and may touch the database: the node
-calls them from a worker thread, never from its event loop.
+net for a lost message. Every other method is synchronous and may touch the database: the
+node calls those from a worker thread, never from its event loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from apps.tenants.models import ApiKey, Quota, Tenant
 
 logger = logging.getLogger(__name__)
 MISS_TTL_S = 5.0
+UNKNOWN = object()  # not in the cache: only the database can answer
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,21 @@ class Directory:
 
     # --- callers ---------------------------------------------------------------------------
 
-    def caller(self, plaintext: str) -> Caller | None:
-        digest = _digest(plaintext)
-        cached = self._callers.get(digest)
+    def cached_caller(self, plaintext: str) -> Caller | object | None:
+        """The caller from memory alone (the event loop may call this): a ``Caller``, None for
+        a key known to be bad, or ``UNKNOWN`` when the database must be asked (``caller``)."""
+        cached = self._callers.get(_digest(plaintext))
         if isinstance(cached, Caller):
             return cached
         if isinstance(cached, float) and time.monotonic() - cached < MISS_TTL_S:
             return None
+        return UNKNOWN
+
+    def caller(self, plaintext: str) -> Caller | None:
+        cached = self.cached_caller(plaintext)
+        if cached is not UNKNOWN:
+            return cached  # type: ignore[return-value]
+        digest = _digest(plaintext)
         generation = self._generation
         key = tenant_services.authenticate_api_key(plaintext)
         if key is None:
@@ -87,6 +97,10 @@ class Directory:
         return caller
 
     # --- aliases ---------------------------------------------------------------------------
+
+    def cached_alias(self, tenant_id: int, name: str) -> AliasSnapshot | object | None:
+        """The alias from memory alone: a snapshot, None for "no such alias", or ``UNKNOWN``."""
+        return self._aliases.get((tenant_id, name), UNKNOWN)
 
     def alias(self, tenant_id: int, name: str) -> AliasSnapshot | None:
         key = (tenant_id, name)

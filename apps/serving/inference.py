@@ -16,16 +16,16 @@ import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db import DatabaseError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.aliases import AliasSnapshot, ResolvedVersion
 from apps.serving import blocking
 from apps.serving import openai_api as oai
-from apps.serving.directory import Caller
+from apps.serving.directory import UNKNOWN, Caller
 from apps.serving.engine import EngineDied, EngineNotReady, EngineRefused, Generation
 from apps.serving.fleet import node_header
 from apps.serving.placement import (
@@ -117,13 +117,26 @@ def control_plane_unavailable() -> oai.ApiError:
     )
 
 
-async def _prepend(first: T, rest: AsyncGenerator[T, None]) -> AsyncGenerator[T, None]:
-    try:
-        yield first
-        async for chunk in rest:
-            yield chunk
-    finally:
-        await rest.aclose()
+class _Started(Generic[T]):
+    """An async iterator over ``first`` and then ``rest`` (a generator already started, so
+    that its ``finally`` runs even if the client vanishes before the first byte). A class, not
+    one more generator: it adds no frame per event to the stream."""
+
+    def __init__(self, first: T, rest: AsyncGenerator[T, None]) -> None:
+        self._first: T | None = first
+        self._rest = rest
+
+    def __aiter__(self) -> _Started[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return await self._rest.__anext__()
+
+    async def aclose(self) -> None:
+        await self._rest.aclose()
 
 
 class Inference:
@@ -153,8 +166,10 @@ class Inference:
                 code="too_many_bad_keys",
                 retry_after=wait_s,
             )
-        caller = await blocking.run(self.node.directory.caller, token.strip())
-        if caller is None:
+        directory = self.node.directory
+        known = directory.cached_caller(token.strip())
+        caller = await blocking.run(directory.caller, token.strip()) if known is UNKNOWN else known
+        if not isinstance(caller, Caller):
             throttle.failed(client)
             raise oai.ApiError(
                 401,
@@ -172,8 +187,13 @@ class Inference:
             trace.tier = "base"
         else:
             trace.alias = model
-            snapshot = await blocking.run(node.directory.alias, caller.tenant_id, model)
-            if snapshot is None:
+            known = node.directory.cached_alias(caller.tenant_id, model)
+            snapshot = (
+                await blocking.run(node.directory.alias, caller.tenant_id, model)
+                if known is UNKNOWN
+                else known
+            )
+            if not isinstance(snapshot, AliasSnapshot):
                 raise oai.ApiError(
                     404,
                     f"the model '{model}' does not exist; GET /v1/models "
@@ -386,14 +406,14 @@ class Inference:
                 if generation.died:
                     raise EngineDied("the engine core exited")
                 raise refused
-            stream = self._sse(_prepend(first_event, result), trace, generation)
+            stream = self._sse(first_event, result, trace, generation)
             slot = False  # from here the stream releases it and the adapter, in its
             streaming = True  # `finally`
             # Start the stream before answering: a started async generator is closed
             # (and its `finally` run) even if the client vanishes before the first byte.
             first = await stream.__anext__()
             return StreamingResponse(
-                _prepend(first, stream),
+                _Started(first, stream),
                 media_type="text/event-stream",
                 headers=trace.headers(),
             )
@@ -460,10 +480,15 @@ class Inference:
         return task.result()
 
     async def _sse(
-        self, events: AsyncGenerator[str, None], trace: Trace, generation: Generation
+        self,
+        first_event: str,
+        events: AsyncGenerator[str, None],
+        trace: Trace,
+        generation: Generation,
     ) -> AsyncGenerator[bytes, None]:
         status = 200
         try:
+            yield first_event.encode()
             async for event in events:
                 if trace.ttft_ms is None and generation.first_token_s is not None:
                     trace.ttft_ms = (generation.first_token_s - trace.started) * 1000

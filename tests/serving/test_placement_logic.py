@@ -8,6 +8,7 @@ queueing, deadlines and single-flight are checked deterministically. The real en
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, replace
 
 import pytest
@@ -301,3 +302,61 @@ def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resu
     assert (placed.tier, other.tier) == ("L4", "L4")
     assert engine.adds == [1, 2]  # each loaded once
     assert engine.removed == [1]  # v1 left only after its request was done
+
+
+def test_a_freed_slot_goes_to_the_adapter_with_the_most_requests_waiting():
+    """Adapter-aware admission: with one slot taken by adapter 1, adapter 2 queues first with
+    one request, then adapter 3 with three. In arrival order adapter 2 would take the freed
+    slot; the gate gives it to adapter 3, whose three requests then run together."""
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1)
+        await gate.enter(1, pinned=False)
+        first = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0)
+        crowd = [asyncio.ensure_future(gate.enter(3, pinned=False)) for _ in range(3)]
+        for _ in range(100):  # each waiter takes the gate's lock in turn
+            if gate.waiting() == {2: 1, 3: 3}:
+                break
+            await asyncio.sleep(0)
+        assert gate.waiting() == {2: 1, 3: 3}
+        gate.leave(1)
+        await asyncio.wait_for(asyncio.gather(*crowd), timeout=1)
+        assert gate.active() == {3} and not first.done()
+        for _ in crowd:
+            gate.leave(3)
+        await asyncio.wait_for(first, timeout=1)
+        assert gate.active() == {2} and gate.waiting() == {}
+
+    run(scenario())
+
+
+def test_an_adapter_waiting_too_long_gets_the_next_slot_even_while_others_stay_busy(
+    monkeypatch,
+):
+    """Requests for the adapter in the slot keep coming, so its slot would never free; once
+    adapter 2 has waited STARVATION_S, newcomers for adapter 1 wait and 2 gets the slot."""
+    from apps.serving.cache import gate as gate_module
+
+    monkeypatch.setattr(gate_module, "STARVATION_S", 0.1)
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1)
+        await gate.enter(1, pinned=False)
+        starved = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0)
+        await gate.enter(1, pinned=False)  # joins the batch: 2 has not waited long yet
+        started = time.monotonic()
+        while time.monotonic() - started < gate_module.STARVATION_S:  # 2 starts starving
+            await asyncio.sleep(0.05)
+        held = asyncio.ensure_future(gate.enter(1, pinned=False))
+        await asyncio.sleep(0.01)
+        assert not held.done(), "a newcomer for the busy adapter kept 2 waiting"
+        gate.leave(1)
+        gate.leave(1)  # adapter 1's running requests finish; its slot frees
+        await asyncio.wait_for(starved, timeout=2)
+        assert gate.active() == {2} and not held.done()
+        gate.leave(2)
+        await asyncio.wait_for(held, timeout=2)
+
+    run(scenario())

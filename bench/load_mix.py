@@ -1,0 +1,297 @@
+"""Throughput and TTFT under mixed-adapter load: the serving node vs. stock vLLM's OpenAI server.
+
+Both serve the same demo model with the same LoRA limits (the node's default cache config:
+4 device slots, 16 host slots, rank 16), the same engine settings and seed, and the same
+adapter weights; stock vLLM gets them as static ``--lora-modules``, the node through its
+registry (uploaded, validated, signed, aliased; a throwaway SQLite control plane). Both run
+for the whole benchmark; one is measured at a time (the other is idle), and the order
+alternates per repetition.
+
+Each point: ``--requests`` streamed completions (max_tokens 16 with ignore_eos, so every
+request makes the same work) from C concurrent clients, C in 1, 8, 32, over
+  (a) 3 models that fit in max_loras: two adapter aliases and the base model, in turn;
+  (b) 12 adapter aliases with Zipf(1.0) popularity: more adapters than device slots.
+The same request sequence goes to both. Printed per point: req/s, completion tokens/s, TTFT
+p50/p95/p99 (client side: request sent to the first streamed token), and node/stock ratios;
+then the median ratio over the repetitions.
+
+Usage: .venv/bin/python bench/load_mix.py [--reps 3] [--requests 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.node_overhead import free_port, pct, prepare  # noqa: E402
+
+CONCURRENCY = (1, 8, 32)
+MAX_TOKENS = 16
+ZIPF_ALIASES = 12
+
+
+@dataclass
+class Point:
+    rps: float
+    tps: float
+    ttft: list[float]
+    errors: int
+
+    def p(self, q: float) -> float:
+        return pct(self.ttft, q) if self.ttft else float("nan")
+
+
+def publish_mix(count: int) -> dict[str, Path]:
+    """``count`` extra adapters (distinct weights) published for tenant acme, each behind an
+    alias of its own name; returns alias -> the folder stock vLLM loads the same weights from."""
+    from django.conf import settings
+    from django.contrib.auth.models import User
+
+    from apps.registry import aliases, services
+    from apps.registry.models import VersionState
+    from apps.serving.demo_assets import build_extra_adapters
+    from apps.tenants.auth import principal_for_user
+    from apps.tenants.models import Quota, Tenant
+
+    acme = Tenant.objects.get(slug="acme")
+    # the benchmark's load, not a tenant's quota, is what is measured
+    Quota.objects.filter(tenant=acme).update(
+        requests_per_minute=1_000_000, max_warm_adapters=32, max_adapters=100
+    )
+    owner = principal_for_user(User.objects.get(username="alice"))
+    reviewer = principal_for_user(User.objects.get(username="rita"))
+    folders = build_extra_adapters(demo_dir=Path(settings.LORAHUB_DEMO_DIR), count=count)
+    mix = {}
+    for i, folder in enumerate(folders):
+        name = f"mix-{i:02d}"
+        files = [p for p in sorted(folder.iterdir()) if p.is_file()]
+        handles = [p.open("rb") for p in files]
+        try:
+            row = services.upload_version(
+                principal=owner,
+                tenant=acme,
+                adapter_id=name,
+                version="1",
+                files=[
+                    services.UploadFile(p.name, h, p.stat().st_size)
+                    for p, h in zip(files, handles, strict=True)
+                ],
+            )
+        finally:
+            for h in handles:
+                h.close()
+        row = services.validate_version(version_id=row.pk)
+        assert row.state == VersionState.PENDING_REVIEW, row.rejection_reason
+        services.approve_version(version_id=row.pk, principal=reviewer)
+        aliases.set_alias(principal=owner, tenant=acme, name=name, version_id=row.pk, reason="")
+        mix[name] = folder
+    return mix
+
+
+def wait_ready(url: str, path: str, proc: subprocess.Popen, what: str) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.5)
+
+
+async def one(client, url: str, key: str, model: str, prompt: str) -> tuple[float | None, int]:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    first, tokens = None, 0
+    async with client.stream(
+        "POST", f"{url}/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+    ) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return None, 0
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            event = json.loads(line[6:])
+            if first is None and any(c.get("text") for c in event["choices"]):
+                first = (time.perf_counter() - started) * 1000
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    return first, tokens
+
+
+async def drive(url: str, key: str, jobs: list[tuple[str, str]], concurrency: int) -> Point:
+    import httpx
+
+    queue = list(reversed(jobs))
+    ttfts: list[float] = []
+    tokens = errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal tokens, errors
+            while queue:
+                model, prompt = queue.pop()
+                first, made = await one(client, url, key, model, prompt)
+                if first is None:
+                    errors += 1
+                else:
+                    ttfts.append(first)
+                    tokens += made
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    return Point(rps=len(ttfts) / wall, tps=tokens / wall, ttft=ttfts, errors=errors)
+
+
+def workloads(base: str, mix: list[str], n: int) -> dict[str, list[tuple[str, str]]]:
+    from apps.serving import demo_corpus as corpus
+
+    prompts = [corpus.completion_prompt(q) for q in corpus.UNSEEN_PROMPTS]
+    rng = random.Random(11)
+    weights = [1 / (rank + 1) for rank in range(len(mix))]
+    three = ["support", mix[0], base]
+    return {
+        "a: 3 models": [(three[i % 3], prompts[i % len(prompts)]) for i in range(n)],
+        f"b: {len(mix)} Zipf aliases": [
+            (rng.choices(mix, weights)[0], prompts[i % len(prompts)]) for i in range(n)
+        ],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=96, help="per point (C=1: a third)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lorahub-load-mix-") as tmp:
+        env, key, _ = prepare(Path(tmp))
+        mix = publish_mix(ZIPF_ALIASES)
+        from django.conf import settings
+
+        from apps.serving.engine import EngineSettings
+
+        engine = EngineSettings.from_django_settings()
+        demo = Path(settings.LORAHUB_DEMO_DIR)
+        modules = {"support": demo / "adapters" / "support-v1", **mix}
+        node_port, stock_port = free_port(), free_port()
+        node_url, stock_url = f"http://127.0.0.1:{node_port}", f"http://127.0.0.1:{stock_port}"
+        logs = Path(tmp)
+        node = subprocess.Popen(
+            [sys.executable, "manage.py", "runnode", "--port", str(node_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=(logs / "node.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        stock = subprocess.Popen(
+            engine.stock_server_argv(stock_port, modules),
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")},
+            stdout=(logs / "stock.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_ready(node_url, "/healthz", node, "the node")
+            wait_ready(stock_url, "/health", stock, "stock vLLM")
+            results = run(args, engine, key, node_url, stock_url, sorted(mix))
+        finally:
+            for proc in (node, stock):
+                proc.terminate()
+            for proc in (node, stock):
+                proc.wait(timeout=60)
+    report(results, args, engine)
+
+
+def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str]):
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    servers = {"node": (node_url, key), "stock": (stock_url, "none")}
+    loads = workloads(engine.served_model_name, mix, args.requests)
+    for name, (url, secret) in servers.items():  # warm-up: every model once, cold loads
+        for model in sorted({m for jobs in loads.values() for m, _ in jobs}):
+            asyncio.run(drive(url, secret, [(model, loads["a: 3 models"][0][1])], 1))
+        print(f"warmed up {name}", flush=True)
+    results: dict[tuple[str, int, str], list[Point]] = {}
+    for rep in range(args.reps):
+        order = ["node", "stock"] if rep % 2 == 0 else ["stock", "node"]
+        for load, jobs in loads.items():
+            for c in CONCURRENCY:
+                subset = jobs[: max(c, len(jobs) // 3)] if c == 1 else jobs
+                for name in order:
+                    url, secret = servers[name]
+                    point = asyncio.run(drive(url, secret, subset, c))
+                    results.setdefault((load, c, name), []).append(point)
+                    print(
+                        f"rep {rep + 1} {load:<20} C={c:<3} {name:<6} {point.rps:6.1f} req/s "
+                        f"TTFT p50 {point.p(0.5):7.1f} p95 {point.p(0.95):7.1f} ms"
+                        + (f"  {point.errors} errors" if point.errors else ""),
+                        flush=True,
+                    )
+    return results
+
+
+def report(results, args, engine) -> None:
+    print(
+        f"\nStreamed completions, max_tokens={MAX_TOKENS} (ignore_eos), {args.requests} "
+        f"requests per point (C=1: {args.requests // 3}), {args.reps} repetitions, "
+        f"max_loras={engine.max_loras}, max_cpu_loras={engine.max_cpu_loras}\n"
+    )
+    head = (
+        f"{'load':<20}{'C':>4}{'server':>7}{'req/s':>8}{'tok/s':>8}"
+        f"{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'err':>5}"
+    )
+    print(head)
+    for (load, c, name), points in results.items():
+        rps = statistics.median(p.rps for p in points)
+        tps = statistics.median(p.tps for p in points)
+        p50, p95, p99 = (statistics.median(p.p(q) for p in points) for q in (0.5, 0.95, 0.99))
+        print(
+            f"{load:<20}{c:>4}{name:>7}{rps:>8.1f}{tps:>8.0f}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}"
+            f"{sum(p.errors for p in points):>5}"
+        )
+    print(
+        "\nnode / stock, per repetition and median (throughput: higher is better; "
+        "TTFT: lower is better)\n"
+    )
+    print(f"{'load':<20}{'C':>4}  {'req/s ratio':<26}{'TTFT p95 ratio':<26}")
+    loads = sorted({(load, c) for load, c, _ in results})
+    for load, c in loads:
+        node, stock = results[(load, c, "node")], results[(load, c, "stock")]
+        rps = [n.rps / s.rps for n, s in zip(node, stock, strict=True)]
+        p95 = [n.p(0.95) / s.p(0.95) for n, s in zip(node, stock, strict=True)]
+        cell = lambda xs: (  # noqa: E731
+            " ".join(f"{x:.2f}" for x in xs) + f" | {statistics.median(xs):.2f}"
+        )
+        print(f"{load:<20}{c:>4}  {cell(rps):<26}{cell(p95):<26}")
+
+
+if __name__ == "__main__":
+    main()
