@@ -15,7 +15,7 @@ The same request sequence goes to both. Printed per point: req/s, completion tok
 p50/p95/p99 (client side: request sent to the first streamed token), and node/stock ratios;
 then the median ratio over the repetitions.
 
-Usage: .venv/bin/python bench/load_mix.py [--reps 3] [--requests 96]
+Usage: .venv/bin/python bench/load_mix.py [--reps 3] [--requests 192] [--only a|b]
 """
 
 from __future__ import annotations
@@ -190,7 +190,8 @@ def workloads(base: str, mix: list[str], n: int) -> dict[str, list[tuple[str, st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=96, help="per point (C=1: a third)")
+    parser.add_argument("--requests", type=int, default=192, help="per point (C=1: a third)")
+    parser.add_argument("--only", choices=("a", "b"), help="run one of the two loads")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lorahub-load-mix-") as tmp:
         env, key, _ = prepare(Path(tmp))
@@ -235,9 +236,11 @@ def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str]):
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     servers = {"node": (node_url, key), "stock": (stock_url, "none")}
     loads = workloads(engine.served_model_name, mix, args.requests)
+    if args.only:
+        loads = {name: jobs for name, jobs in loads.items() if name.startswith(args.only)}
     for name, (url, secret) in servers.items():  # warm-up: every model once, cold loads
         for model in sorted({m for jobs in loads.values() for m, _ in jobs}):
-            asyncio.run(drive(url, secret, [(model, loads["a: 3 models"][0][1])], 1))
+            asyncio.run(drive(url, secret, [(model, next(iter(loads.values()))[0][1])], 1))
         print(f"warmed up {name}", flush=True)
     results: dict[tuple[str, int, str], list[Point]] = {}
     for rep in range(args.reps):

@@ -310,11 +310,11 @@ class Engine:
 
     # --- the OpenAI API, through vLLM's serving layer ----------------------------------------
 
-    def openai_request(self, *, chat: bool, body: dict[str, Any]) -> Any:
-        """vLLM's request model for an allow-listed body; ``EngineRefused`` says what is
-        wrong with it. Opaque to the caller: it only goes back into ``openai``."""
+    async def openai_request(self, *, chat: bool, body: dict[str, Any]) -> Any:
+        """An allow-listed body, validated and rendered by vLLM; ``EngineRefused`` says what
+        is wrong with it. Opaque to the caller: it only goes back into ``openai``."""
         self._require()
-        return self._front.request(chat, body)
+        return await self._front.prepare(chat, body)
 
     async def openai(
         self,

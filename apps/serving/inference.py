@@ -379,7 +379,7 @@ class Inference:
             await self.resolve(trace, model, request_key)
             if not self.node.engine.is_ready:
                 raise EngineNotReady(self.node.engine.info().state)
-            engine_request = self.node.engine.openai_request(chat=chat, body=body)
+            engine_request = await self.node.engine.openai_request(chat=chat, body=body)
             # Place first: a cold load must not hold a generation slot that hot requests
             # need (no head-of-line blocking).
             self.enter_queue()

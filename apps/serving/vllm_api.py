@@ -20,9 +20,10 @@ engine has started, so the console and the worker never load it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,19 @@ class _NodeModels(OpenAIServingModels):
         return _CHOICE.get()[1]
 
 
+# A request rendered (templated, tokenized) before it queued for its adapter: (request,
+# vLLM's render result). Set by ``Front.serve`` so that vLLM's create_* call reuses it.
+_RENDERED: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
+    "lorahub_rendered", default=None
+)
+
+
+def _rendered(request: Any) -> Any:
+    """The render result ``Front.prepare`` made for ``request``, or None."""
+    done = _RENDERED.get()
+    return done[1] if done is not None and done[0] is request else None
+
+
 class _Chosen:
     """The overrides both serving classes share."""
 
@@ -119,11 +133,38 @@ class _Chosen:
 
 
 class _Completions(_Chosen, OpenAIServingCompletion):
-    pass
+    async def render_completion_request(self, request: Any) -> Any:
+        done = _rendered(request)
+        return done if done is not None else await super().render_completion_request(request)
 
 
 class _Chat(_Chosen, OpenAIServingChat):
-    pass
+    async def render_chat_request(self, request: Any) -> Any:
+        done = _rendered(request)
+        return done if done is not None else await super().render_chat_request(request)
+
+
+class Prepared:
+    """A request vLLM has validated and rendered: what ``Front.serve`` runs."""
+
+    __slots__ = ("rendered", "request")
+
+    def __init__(self, request: Any, rendered: Any) -> None:
+        self.request, self.rendered = request, rendered
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """vLLM's exceptions that its own server answers with a 4xx, as ``EngineRefused``."""
+    try:
+        yield
+    except EngineRefused:
+        raise
+    except (VLLMError, ValueError, TypeError, OverflowError, NotImplementedError) as exc:
+        error = create_error_response(exc).error
+        if error.code >= 500:
+            raise
+        raise EngineRefused(error.message, status=error.code) from None
 
 
 class Front:
@@ -156,20 +197,30 @@ class Front:
         )
         self.max_model_len = llm.model_config.max_model_len
 
-    @staticmethod
-    def request(chat: bool, body: dict[str, Any]) -> Any:
-        """vLLM's request model for ``body`` (already through the node's allow-list)."""
+    async def prepare(self, chat: bool, body: dict[str, Any]) -> Prepared:
+        """vLLM's request model for ``body`` (already through the node's allow-list), with its
+        prompt rendered and tokenized: done before the request waits for its adapter, so that
+        once admitted it goes straight to the engine."""
         try:
-            return (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
+            request = (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "body"
             message = first["msg"].removeprefix("Value error, ")
             raise EngineRefused(f"{where}: {message}") from None
+        with _refusals():
+            rendered = await (
+                self.chat.render_chat_request(request)
+                if chat
+                else self.completions.render_completion_request(request)
+            )
+        if isinstance(rendered, ErrorResponse):
+            raise EngineRefused(rendered.error.message, status=rendered.error.code)
+        return Prepared(request, rendered)
 
     async def serve(
         self,
-        request: Any,
+        prepared: Prepared,
         *,
         lora: LoRARequest | None,
         model_name: str,
@@ -177,20 +228,17 @@ class Front:
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """The response body, or the stream of server-sent events (``data: …\\n\\n``)."""
         token = _CHOICE.set((lora, model_name, generation))
+        rendered = _RENDERED.set((prepared.request, prepared.rendered))
+        request = prepared.request
         result: Any
         try:
-            if isinstance(request, ChatCompletionRequest):
-                result = await self.chat.create_chat_completion(request, None)
-            else:
-                result = await self.completions.create_completion(request, None)
-        except (VLLMError, ValueError, TypeError, OverflowError, NotImplementedError) as exc:
-            if isinstance(exc, EngineRefused):
-                raise
-            # what vLLM's own server answers for it (a refusal of the request: 4xx)
-            result = create_error_response(exc)
-            if result.error.code >= 500:
-                raise
+            with _refusals():
+                if isinstance(request, ChatCompletionRequest):
+                    result = await self.chat.create_chat_completion(request, None)
+                else:
+                    result = await self.completions.create_completion(request, None)
         finally:
+            _RENDERED.reset(rendered)
             _CHOICE.reset(token)
         if isinstance(result, ErrorResponse):
             raise EngineRefused(result.error.message, status=result.error.code)

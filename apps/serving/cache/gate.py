@@ -24,7 +24,6 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -32,58 +31,98 @@ STARVATION_S = 0.5  # the longest an adapter waits while others keep the slots b
 
 
 class DeviceGate:
+    """Admission is decided synchronously, the moment something changes (a request leaves,
+    a pin is set up): the requests let in are woken with their slot already counted, so a
+    freed slot is never idle while a task switch decides who gets it."""
+
     def __init__(self, slots: Callable[[], int]) -> None:
         self._slots = slots  # max_loras - len(pinned) - pins being set up, read live
         self._active: dict[int, int] = {}  # unpinned LoRA id -> requests in the engine
-        self._waiting: dict[int, list[float]] = {}  # LoRA id -> arrival times of its waiters
-        self._changed = asyncio.Condition()
+        # LoRA id -> its waiting requests, oldest first: (arrival time, woken with True)
+        self._waiting: dict[int, list[tuple[float, asyncio.Future[bool]]]] = {}
+        self._pin_waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        self._timer: asyncio.TimerHandle | None = None
 
     def active(self) -> set[int]:
         return set(self._active)
 
     def waiting(self) -> dict[int, int]:
         """Requests waiting here, per LoRA id."""
-        return {lora_id: len(times) for lora_id, times in self._waiting.items()}
+        return {lora_id: len(queue) for lora_id, queue in self._waiting.items()}
+
+    # --- the decision ------------------------------------------------------------------------
 
     def _next(self, now: float) -> int | None:
         """The waiting adapter a free slot goes to: a starving one (longest first), else the
         one with the most waiters (then the longest waiting)."""
-        outside = [(lid, times) for lid, times in self._waiting.items() if lid not in self._active]
+        outside = [(lid, q) for lid, q in self._waiting.items() if lid not in self._active]
         if not outside:
             return None
-        starving = [(times[0], lid) for lid, times in outside if now - times[0] >= STARVATION_S]
+        starving = [(q[0][0], lid) for lid, q in outside if now - q[0][0] >= STARVATION_S]
         if starving:
             return min(starving)[1]
-        return max(outside, key=lambda item: (len(item[1]), -item[1][0]))[0]
+        return max(outside, key=lambda item: (len(item[1]), -item[1][0][0]))[0]
 
-    def _may_enter(self, lora_id: int, now: float) -> bool:
+    def _starving(self, now: float) -> bool:
+        """An adapter outside the batch has waited too long while every slot is taken: the
+        adapters in the batch take no newcomers until one of them leaves."""
         choice = self._next(now)
-        if lora_id in self._active:
-            starved = choice is not None and now - self._waiting[choice][0] >= STARVATION_S
-            return not starved or len(self._active) < self._slots()
-        return len(self._active) < self._slots() and choice == lora_id
+        return (
+            choice is not None
+            and now - self._waiting[choice][0][0] >= STARVATION_S
+            and len(self._active) >= self._slots()
+        )
+
+    def _admit(self, lora_id: int) -> None:
+        for _, woken in self._waiting.pop(lora_id, []):
+            if not woken.done():
+                woken.set_result(True)
+                self._active[lora_id] = self._active.get(lora_id, 0) + 1
+
+    def _dispatch(self) -> None:
+        """Let in whoever may enter now; arm a timer for the moment someone starts starving."""
+        now = time.monotonic()
+        if not self._starving(now):  # waiters of adapters in the batch join it
+            for lora_id in [lid for lid in self._waiting if lid in self._active]:
+                self._admit(lora_id)
+        while len(self._active) < self._slots():
+            choice = self._next(now)
+            if choice is None:
+                break
+            self._admit(choice)
+        for entry in list(self._pin_waiters):
+            lora_id, woken = entry
+            if len(self._active.keys() - {lora_id}) <= self._slots():
+                self._pin_waiters.remove(entry)
+                if not woken.done():
+                    woken.set_result(True)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._waiting:
+            oldest = min(queue[0][0] for queue in self._waiting.values())
+            delay = max(0.0, oldest + STARVATION_S - now) + 0.001
+            self._timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
+
+    # --- requests ----------------------------------------------------------------------------
 
     async def enter(self, lora_id: int | None, *, pinned: bool) -> None:
         """Wait until a request for ``lora_id`` (None: the base model) may run."""
         if lora_id is None or pinned:
             return
-        async with self._changed:
-            arrived = time.monotonic()
-            times = self._waiting.setdefault(lora_id, [])
-            times.append(arrived)
-            try:
-                while not self._may_enter(lora_id, time.monotonic()):
-                    # a change wakes it; so does time passing (an adapter starts starving)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), STARVATION_S / 2)
-            finally:
-                times.remove(arrived)
-                if not times and self._waiting.get(lora_id) is times:
-                    del self._waiting[lora_id]
-            joined = lora_id not in self._active
-            self._active[lora_id] = self._active.get(lora_id, 0) + 1
-            if joined and lora_id in self._waiting:
-                self._changed.notify_all()  # its other waiters may follow it in
+        woken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(lora_id, []).append((time.monotonic(), woken))
+        self._dispatch()
+        try:
+            await woken
+        except asyncio.CancelledError:
+            queue = self._waiting.get(lora_id, [])
+            queue[:] = [entry for entry in queue if entry[1] is not woken]
+            if not queue:
+                self._waiting.pop(lora_id, None)
+            if woken.done() and not woken.cancelled():  # let in as it was cancelled
+                self.leave(lora_id)
+            raise
 
     def leave(self, lora_id: int | None) -> None:
         """The request is out of the engine (synchronous: safe in any ``finally``)."""
@@ -94,17 +133,22 @@ class DeviceGate:
             self._active[lora_id] = count
         else:
             del self._active[lora_id]
-            asyncio.get_running_loop().create_task(self.changed())
+            self._dispatch()
 
     async def room_for_pin(self, lora_id: int) -> None:
         """Wait until pinning ``lora_id`` leaves a device slot for each active adapter.
         The caller has already counted the pin in ``slots`` (as being set up)."""
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: len(self._active.keys() - {lora_id}) <= self._slots()
-            )
+        if len(self._active.keys() - {lora_id}) <= self._slots():
+            return
+        woken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry = (lora_id, woken)
+        self._pin_waiters.append(entry)
+        try:
+            await woken
+        finally:
+            if entry in self._pin_waiters:
+                self._pin_waiters.remove(entry)
 
     async def changed(self) -> None:
-        """Wake waiters after the slot count changed (a pin set up or removed)."""
-        async with self._changed:
-            self._changed.notify_all()
+        """Re-decide after the slot count changed (a pin set up or removed)."""
+        self._dispatch()
