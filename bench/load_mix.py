@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.node_overhead import free_port, pct, prepare  # noqa: E402
+from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
 
 CONCURRENCY = (1, 8, 32)
 MAX_TOKENS = 16
@@ -61,9 +61,10 @@ def publish_mix(count: int) -> dict[str, Path]:
     from django.conf import settings
     from django.contrib.auth.models import User
 
-    from apps.registry import aliases, services
+    from apps.registry import aliases
     from apps.registry.models import VersionState
     from apps.serving.demo_assets import build_extra_adapters
+    from apps.serving.management.commands.seed_demo import publish_folder
     from apps.tenants.auth import principal_for_user
     from apps.tenants.models import Quota, Tenant
 
@@ -78,43 +79,11 @@ def publish_mix(count: int) -> dict[str, Path]:
     mix = {}
     for i, folder in enumerate(folders):
         name = f"mix-{i:02d}"
-        files = [p for p in sorted(folder.iterdir()) if p.is_file()]
-        handles = [p.open("rb") for p in files]
-        try:
-            row = services.upload_version(
-                principal=owner,
-                tenant=acme,
-                adapter_id=name,
-                version="1",
-                files=[
-                    services.UploadFile(p.name, h, p.stat().st_size)
-                    for p, h in zip(files, handles, strict=True)
-                ],
-            )
-        finally:
-            for h in handles:
-                h.close()
-        row = services.validate_version(version_id=row.pk)
-        assert row.state == VersionState.PENDING_REVIEW, row.rejection_reason
-        services.approve_version(version_id=row.pk, principal=reviewer)
+        row = publish_folder(acme, owner, reviewer, name, "1", folder)
+        assert row.state == VersionState.APPROVED, row.rejection_reason
         aliases.set_alias(principal=owner, tenant=acme, name=name, version_id=row.pk, reason="")
         mix[name] = folder
     return mix
-
-
-def wait_ready(url: str, path: str, proc: subprocess.Popen, what: str) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not start")
-        time.sleep(0.5)
 
 
 async def one(client, url: str, key: str, model: str, prompt: str) -> tuple[float | None, int]:

@@ -40,6 +40,22 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_ready(url: str, path: str, proc: subprocess.Popen, what: str) -> None:
+    """Until ``url + path`` answers 200 (a server starting its engine: minutes at most)."""
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not start")
+        time.sleep(0.5)
+
+
 def prepare(work: Path) -> tuple[dict[str, str], str, str]:
     """A throwaway control plane: tenant, key, the support-v1 demo adapter approved + aliased."""
     env = {
@@ -85,16 +101,7 @@ def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int)
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("the node did not start")
-            time.sleep(0.5)
+        wait_ready(url, "/healthz", proc, "the node")
         body = {"model": alias, "prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True}
         headers = {"Authorization": f"Bearer {key}"}
         ttfts = []

@@ -30,6 +30,39 @@ DEMO_ADAPTERS = {
 }
 
 
+def publish_folder(tenant, owner, reviewer, adapter_id, version, folder) -> AdapterVersion:
+    """Upload ``folder``'s files as ``adapter_id`` ``version``, validate them in this process and
+    approve them, skipping the steps already done (the demo seed, benchmarks)."""
+    existing = AdapterVersion.objects.filter(
+        adapter__tenant=tenant, adapter__adapter_id=adapter_id, version=version
+    ).first()
+    if existing is None:
+        files = [p for p in sorted(folder.iterdir()) if p.is_file()]
+        handles = [p.open("rb") for p in files]
+        try:
+            existing = services.upload_version(
+                principal=owner,
+                tenant=tenant,
+                adapter_id=adapter_id,
+                version=version,
+                files=[
+                    services.UploadFile(p.name, h, p.stat().st_size)
+                    for p, h in zip(files, handles, strict=True)
+                ],
+                training_data_summary=f"demo adapter {folder.name}",
+            )
+        finally:
+            for h in handles:
+                h.close()
+    if existing.state == VersionState.VALIDATING:
+        existing = services.validate_version(version_id=existing.pk)
+    if existing.state == VersionState.PENDING_REVIEW:
+        existing = services.approve_version(
+            version_id=existing.pk, principal=reviewer, note="demo seed"
+        )
+    return existing
+
+
 class Command(BaseCommand):
     help = (
         "Create the demo tenants, users, API keys and published demo adapters (idempotent) "
@@ -106,7 +139,7 @@ class Command(BaseCommand):
             for adapter_id, folders in adapters.items():
                 published = []
                 for n, folder in enumerate(folders, start=1):
-                    version = self._publish(
+                    version = publish_folder(
                         tenants[slug],
                         owner,
                         reviewer,
@@ -125,36 +158,6 @@ class Command(BaseCommand):
                             version_id=published[0].pk,
                             reason="demo seed",
                         )
-
-    def _publish(self, tenant, owner, reviewer, adapter_id, version, folder) -> AdapterVersion:
-        existing = AdapterVersion.objects.filter(
-            adapter__tenant=tenant, adapter__adapter_id=adapter_id, version=version
-        ).first()
-        if existing is None:
-            files = [p for p in sorted(folder.iterdir()) if p.is_file()]
-            handles = [p.open("rb") for p in files]
-            try:
-                existing = services.upload_version(
-                    principal=owner,
-                    tenant=tenant,
-                    adapter_id=adapter_id,
-                    version=version,
-                    files=[
-                        services.UploadFile(p.name, h, p.stat().st_size)
-                        for p, h in zip(files, handles, strict=True)
-                    ],
-                    training_data_summary=f"demo adapter {folder.name}",
-                )
-            finally:
-                for h in handles:
-                    h.close()
-        if existing.state == VersionState.VALIDATING:
-            existing = services.validate_version(version_id=existing.pk)
-        if existing.state == VersionState.PENDING_REVIEW:
-            existing = services.approve_version(
-                version_id=existing.pk, principal=reviewer, note="demo seed"
-            )
-        return existing
 
     def _secrets(self) -> dict[str, str]:
         """Random per install, kept (mode 0600) under var/ so every run prints the same ones."""
