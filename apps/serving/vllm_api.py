@@ -45,7 +45,7 @@ from vllm.renderers.online_renderer import OnlineRenderer
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
-from apps.serving.engine import EngineDied, EngineRefused, Generation
+from apps.serving.generation import EngineDied, EngineRefused, Generation
 
 # What the node chose for the request being handed over: (adapter or None, the model name
 # the response shows). Set by ``Front.serve`` for the duration of vLLM's create_* call.

@@ -1,0 +1,44 @@
+"""What crosses from the engine to the request path: its errors, and what one OpenAI request
+did in it. No vLLM here: ``engine.py`` and ``vllm_api.py`` both import this module, and the
+request path catches these without importing either's vLLM side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class EngineNotReady(RuntimeError):
+    """The engine is starting, restarting or dead; the request may be retried."""
+
+
+class EngineDied(EngineNotReady):
+    """The engine died while generating this request (its watchdog restarts it)."""
+
+
+class EngineRefused(ValueError):
+    """vLLM refused the request itself (an empty stop string, a prompt longer than the
+    model's context, a token id outside the vocabulary): its message is for the caller."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Generation:
+    """What one OpenAI request did in the engine, filled in as vLLM's outputs arrive (for the
+    node's statistics: vLLM's serving layer formats the response itself)."""
+
+    first_token_s: float | None = None  # perf_counter() when the first token arrived
+    prompt_tokens_of: dict[str, int] = field(default_factory=dict)  # per engine request
+    completion_tokens_of: dict[str, int] = field(default_factory=dict)
+    died: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(self.prompt_tokens_of.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(self.completion_tokens_of.values())
