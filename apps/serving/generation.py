@@ -5,6 +5,7 @@ request path catches these without importing either's vLLM side.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -34,6 +35,21 @@ class Generation:
     prompt_tokens_of: dict[str, int] = field(default_factory=dict)  # per engine request
     completion_tokens_of: dict[str, int] = field(default_factory=dict)
     died: bool = False
+    # Called once when every engine request of this API request has finished in vLLM (or
+    # failed): the request is out of the batch even before its last event reaches the client.
+    on_finished: Callable[[], None] | None = None
+    _running: set[str] = field(default_factory=set)
+
+    def started(self, request_id: str) -> None:
+        self._running.add(request_id)
+
+    def finished(self, request_id: str) -> None:
+        if request_id not in self._running:
+            return
+        self._running.discard(request_id)
+        if not self._running and self.on_finished is not None:
+            done, self.on_finished = self.on_finished, None
+            done()
 
     @property
     def prompt_tokens(self) -> int:

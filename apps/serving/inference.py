@@ -335,11 +335,15 @@ class Inference:
         trace.held = placed.handle.lora_id
         return placed.handle
 
-    def let_go(self, trace: Trace) -> None:
-        """The request no longer needs its adapter in the engine (once per request)."""
+    def leave_engine(self, trace: Trace) -> None:
+        """The request is out of the engine's batch (once per request)."""
         if trace.active:
             self.node.placement.leave_engine(trace.held)
             trace.active = False
+
+    def let_go(self, trace: Trace) -> None:
+        """The request no longer needs its adapter in the engine (once per request)."""
+        self.leave_engine(trace)
         if trace.held is not None:
             self.node.placement.release(trace.held)
             trace.held = None
@@ -391,7 +395,8 @@ class Inference:
             queued = False
             await self.node.placement.enter_engine(handle.lora_id if handle else None)
             trace.active = handle is not None
-            generation = Generation()
+            # the device slot is free for others as soon as vLLM is done with the request
+            generation = Generation(on_finished=lambda: self.leave_engine(trace))
             result = await self._generate(request, engine_request, handle, model, generation)
             if isinstance(result, dict):
                 self._observe(trace, generation)

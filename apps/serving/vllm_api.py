@@ -77,17 +77,23 @@ class _NodeEngine:
             # one and show when the first token came (the TTFT the node records). With n > 1
             # vLLM's layer keeps only the last output, which then holds one choice: untouched.
             sampling_params.output_kind = RequestOutputKind.CUMULATIVE
+        generation.started(request_id)
         return self._observed(
             self._llm.generate(prompt, sampling_params, request_id, **kwargs),
             sampling_params.output_kind == RequestOutputKind.DELTA,
             generation,
+            request_id,
         )
 
     @staticmethod
-    async def _observed(outputs: AsyncGenerator[Any, None], delta: bool, generation: Generation):
+    async def _observed(
+        outputs: AsyncGenerator[Any, None], delta: bool, generation: Generation, request_id: str
+    ):
         counts: dict[int, int] = {}
         try:
             async for out in outputs:
+                if out.finished:
+                    generation.finished(request_id)
                 if out.prompt_token_ids is not None:
                     generation.prompt_tokens_of[out.request_id] = len(out.prompt_token_ids)
                 for piece in out.outputs:
@@ -102,6 +108,8 @@ class _NodeEngine:
             raise EngineDied(str(exc) or "the engine core exited") from None
         except VLLMValidationError as exc:
             raise EngineRefused(str(exc)) from None
+        finally:
+            generation.finished(request_id)  # aborted or failed: out of the batch too
 
 
 class _NodeModels(OpenAIServingModels):
