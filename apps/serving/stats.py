@@ -116,7 +116,7 @@ class StatsRecorder:
     def _run(self) -> None:
         failing_since: float | None = None  # one log line when writes fail, one when back
         while not self._stop.is_set():
-            self._stop.wait(1.0)
+            self._stop.wait(settings.LORAHUB_STATS_FLUSH_MS / 1000)
             try:
                 close_old_connections()  # a connection the database dropped reconnects here
                 self.flush()
