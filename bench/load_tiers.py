@@ -185,7 +185,7 @@ async def main(repeats: int, hot_samples: int) -> None:
             fetch, verify, floor = [], [], []
             for _ in range(repeats):
                 placement.evict_from_disk(resolved)
-                _, timings = placement.to_disk(resolved)
+                timings = placement.to_disk(resolved).timings
                 fetch.append(timings["fetch_ms"])
                 verify.append(timings["verify_ms"])
                 floor.append(

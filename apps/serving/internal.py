@@ -125,7 +125,14 @@ class InternalApi:
             placement = self.node.placement
             if body.get("tier", "L3") == "L3":
                 found = await blocking.run(placement.to_disk, resolved)
-                return _json({"version": resolved.label, "tier": "L3", "was_in": found})
+                return _json(
+                    {
+                        "version": resolved.label,
+                        "tier": "L3",
+                        "was_in": found.found_in,
+                        "load_ms": round(sum(found.timings.values()), 2),
+                    }
+                )
             if not self.node.engine.is_ready:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5

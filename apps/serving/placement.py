@@ -96,6 +96,14 @@ class Placed:
     timings: dict[str, float] = field(default_factory=dict)  # fetch, verify, check, add (ms)
 
 
+@dataclass(frozen=True)
+class OnDiskNow:
+    """A version made present on the local disk (L3): where it was, and the time per step."""
+
+    found_in: str  # "L3" (a sealed copy checked out) or "L4" (landed from the registry)
+    timings: dict[str, float] = field(default_factory=dict)  # check, fetch, verify (ms)
+
+
 def lora_id_for(resolved: ResolvedVersion) -> int:
     """Stable per immutable version: the registry's version id (positive, never reused)."""
     return resolved.version_id
@@ -210,7 +218,7 @@ class Placement:
                 entry.version_id, entry.path.relative_to(self.disk.root).as_posix()
             )
 
-    def to_disk(self, resolved: ResolvedVersion) -> tuple[str, dict[str, float]]:
+    def to_disk(self, resolved: ResolvedVersion) -> OnDiskNow:
         """L3 if the sealed copy checks out, else land it from L4 (blocking).
 
         Returns the tier it was found in and the time spent per step (ms). One caller at a
@@ -222,7 +230,7 @@ class Placement:
         with lock:
             return self._to_disk(resolved)
 
-    def _to_disk(self, resolved: ResolvedVersion) -> tuple[str, dict[str, float]]:
+    def _to_disk(self, resolved: ResolvedVersion) -> OnDiskNow:
         timings: dict[str, float] = {}
         if self.disk.has(resolved):
             started = time.perf_counter()
@@ -230,7 +238,7 @@ class Placement:
                 self.disk.check(resolved, hash_bytes=self.limits.verify_checksum)
                 timings["check_ms"] = (time.perf_counter() - started) * 1000
                 self._note_on_disk(resolved, touched=True)
-                return "L3", timings
+                return OnDiskNow("L3", timings)
             except IntegrityFailure as exc:
                 logger.warning("replacing a corrupt disk copy: %s", exc)
                 self.disk.evict(resolved)
@@ -248,7 +256,7 @@ class Placement:
             raise AdapterIntegrityError(str(exc)) from None
         timings.update(fetch_ms=landed.fetch_ms, verify_ms=landed.verify_ms)
         self._note_on_disk(resolved, touched=True, reload_ms=landed.fetch_ms + landed.verify_ms)
-        return "L4", timings
+        return OnDiskNow("L4", timings)
 
     def _land_with_room(self, resolved: ResolvedVersion) -> Landed:
         """Land from L4. When the filesystem itself is full (other files on it, or a disk
@@ -474,10 +482,11 @@ class Placement:
     async def _load(self, resolved: ResolvedVersion, owner: Owner, handle: AdapterHandle) -> Placed:
         started = time.perf_counter()
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
-            tier, timings = await blocking.run(self.to_disk, resolved)
+            found = await blocking.run(self.to_disk, resolved)
         else:
             async with self._fetch_slots:  # the download runs in another process
-                tier, timings = await blocking.run(self.to_disk, resolved)
+                found = await blocking.run(self.to_disk, resolved)
+        tier, timings = found.found_in, found.timings
         async with self._load_slots:
             await self._make_room(owner, incoming=resolved.size_bytes)
             add_started = time.perf_counter()

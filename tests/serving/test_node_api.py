@@ -417,6 +417,7 @@ def test_a_corrupted_disk_copy_is_detected_and_fetched_again(world, node_work, t
     v2 = world["versions"]["v2"]
     warmed = internal(world, "warm", {"version_id": v2, "tier": "L3"})
     assert warmed.status_code == 200, warmed.text
+    assert warmed.json()["was_in"] in ("L3", "L4")  # a tier, as for L1/L2 warming
     weights = next(
         (node_work / "cache").glob(f"t{tenant_a.id}/support/v2@r1/adapter_model.safetensors")
     )

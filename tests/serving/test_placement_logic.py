@@ -266,7 +266,7 @@ def test_two_landings_of_one_version_at_once_make_one_download(world):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        tiers = sorted(tier for tier, _ in pool.map(placement.to_disk, [version(1)] * 4))
+        tiers = sorted(found.found_in for found in pool.map(placement.to_disk, [version(1)] * 4))
     assert tiers == ["L3", "L3", "L3", "L4"]
     assert placement.disk.has(version(1))
 
