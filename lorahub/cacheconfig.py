@@ -118,7 +118,12 @@ class Prewarm(_Section):
         return value
 
 
-class Placement(_Section):
+class PlacementKey(_Section):
+    """``placement:`` in the YAML: what identifies a cached adapter. Always the seed's four
+    fields: the node keys its tiers by the registry's version id (one per tenant, adapter and
+    version) and admits a version only on its own base revision, so the key cannot be
+    narrowed; listing fewer is refused rather than silently ignored."""
+
     key_fields: tuple[str, ...] = REQUIRED_KEY_FIELDS
 
     @field_validator("key_fields")
@@ -143,7 +148,7 @@ class AdapterCache(_Section):
     cpu_warm: CpuWarm = CpuWarm()
     disk_cache: DiskCache = DiskCache()
     registry: Registry = Registry()
-    placement: Placement = Placement()
+    placement: PlacementKey = PlacementKey()
     load_queue: LoadQueue = LoadQueue()
     prewarm: Prewarm = Prewarm()
 
