@@ -56,8 +56,9 @@ def complete(client, model="support", user=None, prompt=PROMPT):
     return raw.parse().choices[0].text.strip(), raw.headers
 
 
-def serves_within(client, phrase: str, seconds: float = 1.0) -> float:
-    """Seconds until the node answers with ``phrase`` (fails after ``seconds``)."""
+def serves_within(client, phrase: str, seconds: float = 10.0) -> float:
+    """Seconds until the node answers with ``phrase`` (fails after ``seconds``). The bound is
+    generous on purpose: how fast a move arrives is measured by bench/alias_moves.py."""
     started = time.monotonic()
     while True:
         text, _ = complete(client)
@@ -66,7 +67,7 @@ def serves_within(client, phrase: str, seconds: float = 1.0) -> float:
         assert time.monotonic() - started < seconds, f"still answering {text!r}"
 
 
-def test_alias_answers_with_its_version_and_moves_take_effect_within_a_second(world):
+def test_alias_answers_with_its_version_and_moves_take_effect(world):
     a, control = world["a"], world["control"]
     text, headers = complete(a)
     assert text.startswith(V1)
@@ -660,7 +661,7 @@ def test_a_rollback_under_running_streams_lets_them_finish_and_sends_new_request
         content_type="application/json",
     )
     assert moved.status_code == 200
-    serves_within(world["a"], V2, seconds=10)
+    serves_within(world["a"], V2)
     started = threading.Semaphore(0)
 
     def stream() -> dict:
@@ -683,7 +684,7 @@ def test_a_rollback_under_running_streams_lets_them_finish_and_sends_new_request
         finished = [f.result(timeout=120) for f in running]
     assert all(f["adapter"] == "support@v2" and f["done"] for f in finished), finished
     assert {h["x-lorahub-adapter"] for _, h in after} <= {"support@v1", "support@v2"}
-    serves_within(world["a"], V1, seconds=10)  # new requests get the old version back
+    serves_within(world["a"], V1)  # new requests get the old version back
 
 
 def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
