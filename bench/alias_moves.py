@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+from bench.node_overhead import pct, prepare, start_node  # noqa: E402
 
 
 def main() -> None:
@@ -60,15 +59,7 @@ def main() -> None:
             .values_list("pk", flat=True)[:2]
         )
         phrases = [corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]]
-        port = free_port()
-        node = subprocess.Popen(
-            [sys.executable, "manage.py", "runnode", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
+        node, url = start_node(env)
         body = {
             "model": alias,
             "prompt": corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1]),
@@ -77,7 +68,6 @@ def main() -> None:
         }
         moves, requests = [], []
         try:
-            wait_ready(url, "/healthz", node, "the node")
             with httpx.Client(headers={"Authorization": f"Bearer {key}"}, timeout=30) as client:
 
                 def answer() -> str:

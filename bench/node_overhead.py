@@ -56,6 +56,27 @@ def wait_ready(url: str, path: str, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.5)
 
 
+def start_node(env: dict[str, str], log: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """A node process (``manage.py runnode``) on ``env``'s control plane, once it is ready;
+    its output goes to ``log`` (default: nowhere). Returns the process and its URL."""
+    port = free_port()
+    out = log.open("wb") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runnode", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, "/healthz", proc, "the node")
+    except BaseException:
+        proc.terminate()
+        raise
+    return proc, url
+
+
 def prepare(work: Path) -> tuple[dict[str, str], str, str]:
     """A throwaway control plane: tenant, key, the support-v1 demo adapter approved + aliased."""
     env = {
@@ -91,17 +112,8 @@ def prepare(work: Path) -> tuple[dict[str, str], str, str]:
 def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int) -> list[float]:
     import httpx
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runnode", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_node(env)
     try:
-        wait_ready(url, "/healthz", proc, "the node")
         body = {"model": alias, "prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True}
         headers = {"Authorization": f"Bearer {key}"}
         ttfts = []
