@@ -41,6 +41,7 @@ def owner_of(resolved: ResolvedVersion) -> Owner:
         priority=1 if priority is None else priority,
         warm_quota=quota.max_warm_adapters if quota else None,
         hot_quota=quota.max_hot_adapters if quota else None,
+        hot_memory_bytes=quota.max_hot_memory_mb * 1024 * 1024 if quota else None,
     )
 
 

@@ -53,6 +53,7 @@ from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 GIB = 1024**3
+MIB = 1024**2
 # what a landing writes besides the adapter's files (its manifest and seal)
 LANDING_OVERHEAD_BYTES = 64 * 1024
 
@@ -86,6 +87,7 @@ class Owner:
     priority: int = 1
     warm_quota: int | None = None  # versions in the engine (L1 + L2)
     hot_quota: int | None = None  # versions pinned in L1
+    hot_memory_bytes: int | None = None  # their adapters' size together (max_hot_memory_mb)
 
 
 @dataclass(frozen=True)
@@ -603,6 +605,19 @@ class Placement:
                 raise PinLimit(
                     f"tenant '{resolved.tenant_slug}' has {own} versions pinned, its hot quota "
                     f"(max_hot_adapters = {owner.hot_quota}); evict one from L1 or raise the quota"
+                )
+            own_bytes = sum(
+                r.size_bytes
+                for pinned in self.pinned
+                if (r := self._residents.get(pinned)) and r.tenant_id == resolved.tenant_id
+            )
+            limit_bytes, after = owner.hot_memory_bytes, own_bytes + resolved.size_bytes
+            if limit_bytes is not None and after > limit_bytes:
+                raise PinLimit(
+                    f"pinning {resolved.label} ({resolved.size_bytes / MIB:.1f} MB) would put "
+                    f"tenant '{resolved.tenant_slug}' at {after / MIB:.1f} MB pinned, over its "
+                    f"hot memory quota (max_hot_memory_mb = {limit_bytes / MIB:.0f}); evict one "
+                    "from L1 or raise the quota"
                 )
         placed = await self.place(resolved, owner=owner, hold=True)
         try:

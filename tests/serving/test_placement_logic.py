@@ -205,6 +205,25 @@ def test_pins_stop_at_max_loras_minus_one_and_at_the_tenants_hot_quota(world):
     assert engine.pinned == [1, 3]
 
 
+def test_pins_stop_at_the_tenants_hot_memory_quota(world):
+    """max_hot_memory_mb bounds the size of a tenant's pinned adapters together."""
+    placement, engine, version = world
+    engine.settings.max_loras = 4
+    size = version(1).size_bytes
+
+    def room(tenant: int) -> Owner:
+        return Owner(tenant_id=tenant, hot_memory_bytes=int(1.5 * size))
+
+    async def scenario():
+        await placement.pin(version(1), owner=room(1))
+        with pytest.raises(PinLimit, match="max_hot_memory_mb"):
+            await placement.pin(version(2), owner=room(1))
+        await placement.pin(version(3, tenant=2), owner=room(2))  # its own budget
+
+    run(scenario())
+    assert engine.pinned == [1, 3]
+
+
 def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
     placement, _, version = world
     size = version(1).size_bytes
