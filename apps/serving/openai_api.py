@@ -13,7 +13,6 @@ never has a parameter silently do nothing.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 # Fields both endpoints take, passed to vLLM's request models unchanged.
@@ -216,10 +215,6 @@ def _check_messages(messages: Any) -> None:
                     "messages",
                     "unsupported_parameter",
                 )
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 def sse(payload: dict | str) -> bytes:
