@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving import blocking
 from apps.serving import openai_api as oai
+from apps.serving.cache.policy import Adaptive
 from apps.serving.fleet import node_header
 from apps.serving.placement import AdapterIntegrityError, Owner, PinLimit
 from apps.tenants.models import Tenant
@@ -244,6 +245,9 @@ class InternalApi:
         return _json(
             {
                 "policy": placement.policy.name,
+                "policy_state": (
+                    placement.policy.describe() if isinstance(placement.policy, Adaptive) else None
+                ),
                 "limits": {
                     "max_loras": engine.max_loras,
                     "max_cpu_loras": engine.max_cpu_loras,

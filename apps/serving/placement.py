@@ -47,7 +47,14 @@ from apps.serving import blocking
 from apps.serving.cache import download
 from apps.serving.cache.disk import DiskTier, IntegrityFailure, Landed, OnDisk
 from apps.serving.cache.gate import DeviceGate
-from apps.serving.cache.policy import Policy, Resident, make_policy, rank, select_victims
+from apps.serving.cache.policy import (
+    Adaptive,
+    Policy,
+    Resident,
+    make_policy,
+    rank,
+    select_victims,
+)
 from apps.serving.engine import AdapterHandle, Engine
 from lorahub.cacheconfig import CacheConfig
 
@@ -388,6 +395,8 @@ class Placement:
         self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
         handle = self._handle(resolved)
         started = time.monotonic()
+        if isinstance(self.policy, Adaptive):  # it counts every use itself, in every tier
+            self.policy.observe(lora_id, started)
         placed: Placed | None = None
         while True:
             if resolved.version_id in self.quarantined:

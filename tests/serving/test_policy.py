@@ -8,6 +8,8 @@ from apps.serving.cache.policy import (
     GDSF,
     LFU,
     LRU,
+    SETTINGS,
+    Adaptive,
     Linear,
     Resident,
     Weighted,
@@ -179,7 +181,7 @@ def test_a_tenant_at_its_quota_makes_room_from_its_own_even_when_the_cache_has_r
 
 
 def test_policies_are_selected_by_name():
-    assert isinstance(make_policy("weighted_lru"), Weighted)
+    assert isinstance(make_policy("weighted_lru"), Adaptive)
     assert isinstance(make_policy("linear"), Linear)
     assert {make_policy(n).name for n in ("lru", "lfu", "weighted", "gdsf", "linear")} == {
         "lru",
@@ -251,3 +253,85 @@ def test_a_deprecated_version_goes_first_under_every_policy(policy):
     ]
     victims = select_victims(residents, policy=policy, now=NOW, capacity=2)
     assert [v.key for v in victims] == [("replaced",)]
+
+
+# --- the default: three Weighted settings, judged by which victim comes back first ----------
+
+OFTEN = Weighted(half_life_s=3600, recency_half_life_s=3600)  # frequency decides
+LATELY = Weighted(half_life_s=3600, recency_half_life_s=10)  # recency decides
+
+
+def penalties(policy):
+    """Each setting's faded penalty as of now (the policy stores them scaled)."""
+    return [s["penalty"] for s in policy.describe()["settings"]]
+
+
+def disagreement(policy):
+    """x: used five times, then idle for a minute and a half; y: used once, just now. The
+    cache (two places) is full and must make room: OFTEN evicts y, LATELY evicts x."""
+    for t in range(5):
+        policy.observe("x", float(t))
+    policy.observe("y", 100.0)
+    pool = [
+        Resident(("x",), 1, MB, 4.0, 5.0),
+        Resident(("y",), 1, MB, 100.0, 1.0),
+    ]
+    return select_victims(pool, policy=policy, now=101.0, capacity=2, slots_needed=1)
+
+
+def test_the_default_s_setting_whose_victim_comes_back_first_is_penalised():
+    policy = Adaptive(experts=(OFTEN, LATELY), judge_every=1)
+    victims = disagreement(policy)
+    assert [v.key[0] for v in victims] == ["y"]  # the active setting (OFTEN) decided
+    assert penalties(policy) == [0.0, 0.0]  # open until x or y is requested again
+    policy.observe("y", 102.0)  # y first: OFTEN's eviction would have cost this miss
+    assert penalties(policy) == [1.0, 0.0]
+    assert policy.active == 1 and policy.switches == 1
+    policy.observe("x", 103.0)  # already settled: nothing more
+    assert penalties(policy) == [1.0, 0.0]
+
+
+def test_the_default_keeps_its_setting_when_the_other_s_victim_comes_back_first():
+    policy = Adaptive(experts=(OFTEN, LATELY), judge_every=1)
+    disagreement(policy)
+    policy.observe("x", 102.0)  # x first: LATELY's choice was the wrong one
+    assert penalties(policy) == [0.0, 1.0]
+    assert policy.active == 0 and policy.switches == 0
+
+
+def test_settings_that_agree_teach_the_default_nothing():
+    policy = Adaptive(experts=(OFTEN, Weighted(half_life_s=3600, recency_half_life_s=1800)))
+    policy.judge_every = 1
+    disagreement(policy)
+    policy.observe("y", 102.0)
+    assert penalties(policy) == [0.0, 0.0] and policy.describe()["judged"] == 0
+
+
+def test_penalties_fade_so_recent_evidence_outweighs_old():
+    policy = Adaptive(experts=(OFTEN, LATELY), judge_every=1, memory=0.5)
+    disagreement(policy)
+    policy.observe("y", 102.0)  # one against OFTEN: LATELY takes over...
+    assert policy.active == 1
+    for round_ in range(2):  # ...then two against LATELY (x comes back first each time)
+        t = 200.0 * (round_ + 1)
+        x, y = f"x{round_}", f"y{round_}"
+        for i in range(5):
+            policy.observe(x, t + i)
+        policy.observe(y, t + 100)
+        pool = [Resident((x,), 1, MB, t + 4, 5.0), Resident((y,), 1, MB, t + 100, 1.0)]
+        select_victims(pool, policy=policy, now=t + 101, capacity=2, slots_needed=1)
+        policy.observe(x, t + 102)
+    # each disagreement halves what came before: OFTEN 1 x 0.5 x 0.5, LATELY 1 x 0.5 + 1
+    assert penalties(policy) == [0.25, 1.5]
+    assert policy.active == 0 and policy.switches == 2
+
+
+def test_the_default_ships_three_settings_and_judges_one_eviction_in_four():
+    policy = make_policy("weighted")
+    assert isinstance(policy, Adaptive)
+    assert [(x.half_life_s, x.recency_half_life_s) for x in policy.experts] == list(
+        SETTINGS.values()
+    )
+    assert [policy.judging() for _ in range(8)] == [False, False, False, True] * 2
+    with pytest.raises(ValueError, match="memory"):
+        Adaptive(memory=0)

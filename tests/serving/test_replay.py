@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from apps.serving.cache import policy as node_policy
 from apps.serving.cache.policy import (
     POLICIES,
+    Adaptive,
     Census,
     Resident,
     make_policy,
@@ -250,11 +251,30 @@ class Ranked:
         return self.policy.on_evict(resident, now)
 
 
+class RankedAdaptive(Adaptive):
+    """The default without heaps: every setting ranks the residents on every miss."""
+
+    retention = None  # type: ignore[assignment]
+
+
+EVERY = "weighted, judging every eviction"
+
+
+def heaped(name):
+    return Adaptive(judge_every=1) if name == EVERY else make_policy(name)
+
+
+def ranked(name):
+    if name.startswith("weighted"):
+        return RankedAdaptive(judge_every=1 if name == EVERY else 4)
+    return Ranked(make_policy(name))
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 11), st.floats(0.01, 30.0)), min_size=1, max_size=120),
     st.integers(1, 5),
-    st.sampled_from(["lru", "lfu", "weighted"]),
+    st.sampled_from(["lru", "lfu", "weighted", "weighted, judging every eviction"]),
 )
 def test_the_replay_s_lazy_heap_decides_exactly_as_ranking_every_miss(requests, slots, name):
     """Mixed sizes, two tenants, a memory cap and a disk cap: the heap (updated lazily on
@@ -270,7 +290,7 @@ def test_the_replay_s_lazy_heap_decides_exactly_as_ranking_every_miss(requests, 
     capacity = Capacity(
         l1_slots=1, l2_slots=slots + 1, l2_bytes=40 * MB, l3_bytes=60 * MB, ttl_s=50.0
     )
-    fast = replay(trace, make_policy(name), capacity, FREE, record_tiers=True)
-    slow = replay(trace, Ranked(make_policy(name)), capacity, FREE, record_tiers=True)
+    fast = replay(trace, heaped(name), capacity, FREE, record_tiers=True)
+    slow = replay(trace, ranked(name), capacity, FREE, record_tiers=True)
     assert fast.tier_log == slow.tier_log
     assert fast.evictions == slow.evictions

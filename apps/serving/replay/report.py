@@ -70,17 +70,17 @@ def sweep_table(report: dict, which: str) -> str:
 
 def tune_table(rows: list[dict], top: int = 12) -> str:
     lines = [
-        f"{'half-life s':>12}{'recency s':>10}{'priority w':>11}{'size exp':>9}"
+        f"{'memory':>8}{'drift s':>8}{'bursts s':>9}{'priority w':>11}{'size exp':>9}"
         f"{'train hit':>10}{'reload s':>9}{'valid hit':>10}{'reload s':>9}"
     ]
     shown = rows[:top] + [r for r in rows[top:] if r["shipped"]]
     for row in shown:
         p = row["params"]
         lines.append(
-            f"{p['half_life_s']:>12g}{p['recency_half_life_s']:>10g}{p['priority_weight']:>11g}"
-            f"{p['size_exponent']:>9g}{_pct(row['train']['hit_rate']):>10}"
-            f"{row['train']['reload_s']:>9.1f}{_pct(row['validate']['hit_rate']):>10}"
-            f"{row['validate']['reload_s']:>9.1f}"
+            f"{p['memory']:>8g}{p['drift_half_life_s']:>8g}{p['bursts_recency_s']:>9g}"
+            f"{p['priority_weight']:>11g}{p['size_exponent']:>9g}"
+            f"{_pct(row['train']['hit_rate']):>10}{row['train']['reload_s']:>9.1f}"
+            f"{_pct(row['validate']['hit_rate']):>10}{row['validate']['reload_s']:>9.1f}"
             + ("  <- shipped default" if row["shipped"] else "")
         )
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.serving.cache.policy import POLICIES, Weighted, make_policy
+from apps.serving.cache.policy import POLICIES, SETTINGS, Adaptive, Weighted, make_policy
 from apps.serving.replay import traces
 from apps.serving.replay.offline import Oracle, belady_hits
 from apps.serving.replay.simulate import MB, TIERS, Capacity, Costs, Result, replay
@@ -241,10 +241,45 @@ def _resized(capacity: Capacity, which: str, value: int) -> Capacity:
 
 # --- tuning ------------------------------------------------------------------------------------
 
-HALF_LIVES = (60.0, 120.0, 240.0, 600.0, 1800.0)
-RECENCY_HALF_LIVES = (60.0, 120.0, 240.0, 600.0)
-PRIORITY_WEIGHTS = (0.0, 0.1, 0.5)
-SIZE_EXPONENTS = (0.0, 0.5, 1.0)
+MEMORIES = (0.99, 0.996, 0.999)
+DRIFT_HALF_LIVES = (120.0, 240.0, 600.0)  # the "drift" setting's count half-life
+BURST_RECENCIES = (15.0, 30.0, 60.0)  # the "bursts" setting's recency half-life
+PRIORITY_WEIGHTS = (0.0, 0.1)
+SIZE_EXPONENTS = (0.5, 1.0)
+
+
+def adaptive(
+    memory: float,
+    drift_half_life_s: float,
+    bursts_recency_s: float,
+    priority_weight: float,
+    size_exponent: float,
+) -> Adaptive:
+    """The default policy with these parameters (the rest as shipped)."""
+    settings = dict(SETTINGS)
+    settings["drift"] = (drift_half_life_s, min(settings["drift"][1], drift_half_life_s))
+    settings["bursts"] = (settings["bursts"][0], bursts_recency_s)
+    experts = tuple(
+        Weighted(
+            half_life_s=count,
+            recency_half_life_s=recency,
+            priority_weight=priority_weight,
+            size_exponent=size_exponent,
+        )
+        for count, recency in settings.values()
+    )
+    return Adaptive(experts=experts, labels=tuple(settings), memory=memory)
+
+
+def shipped_parameters() -> dict:
+    policy, setting = Adaptive(), Weighted()
+    return {
+        "memory": policy.memory,
+        "drift_half_life_s": SETTINGS["drift"][0],
+        "bursts_recency_s": SETTINGS["bursts"][1],
+        "priority_weight": setting.priority_weight,
+        "size_exponent": setting.size_exponent,
+    }
 
 
 def tune(
@@ -258,45 +293,29 @@ def tune(
     ``validate`` too: rows sorted by the training objective (hit rate on equal sizes, least
     reload time otherwise), so a setting that wins only on its own trace shows."""
     by_hits = equal_sizes(train, capacity)
-    grid = [
-        (half_life, recency, weight, exponent)
-        for half_life, recency, weight, exponent in itertools.product(
-            HALF_LIVES,
-            RECENCY_HALF_LIVES,
+    names = tuple(shipped_parameters())
+    grid = list(
+        itertools.product(
+            MEMORIES,
+            DRIFT_HALF_LIVES,
+            BURST_RECENCIES,
             PRIORITY_WEIGHTS,
-            SIZE_EXPONENTS if not by_hits else (1.0,),
+            (1.0,) if by_hits else SIZE_EXPONENTS,
         )
-        if recency <= half_life
-    ]
+    )
     rows = []
-    for n, (half_life, recency, priority_weight, size_exponent) in enumerate(grid, start=1):
-        policy_args = {
-            "half_life_s": half_life,
-            "recency_half_life_s": recency,
-            "priority_weight": priority_weight,
-            "size_exponent": size_exponent,
-        }
-        row: dict = {"params": policy_args}
+    for n, values in enumerate(grid, start=1):
+        params = dict(zip(names, values, strict=True))
+        row: dict = {"params": params}
         for which, trace in (("train", train), ("validate", validate)):
-            policy = Weighted(
-                half_life_s=half_life,
-                recency_half_life_s=recency,
-                priority_weight=priority_weight,
-                size_exponent=size_exponent,
-            )
-            result = replay(trace, policy, capacity, costs)
+            result = replay(trace, adaptive(**params), capacity, costs)
             row[which] = {"hit_rate": result.hit_rate, "reload_s": result.reload_ms / 1000}
         rows.append(row)
         if progress:
-            progress(n, len(grid), f"half-life {half_life:g} s")
+            progress(n, len(grid), f"memory {params['memory']:g}")
     objective = "hit_rate" if by_hits else "reload_s"
     rows.sort(key=lambda r: r["train"][objective], reverse=by_hits)
-    shipped = Weighted()
+    shipped = shipped_parameters()
     for row in rows:
-        row["shipped"] = row["params"] == {
-            "half_life_s": shipped.half_life_s,
-            "recency_half_life_s": shipped.recency_half_life_s,
-            "priority_weight": shipped.priority_weight,
-            "size_exponent": shipped.size_exponent,
-        }
+        row["shipped"] = row["params"] == shipped
     return rows

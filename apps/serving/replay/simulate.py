@@ -20,9 +20,10 @@ finish, counted as ``queue_full``). Requests for a version still loading wait fo
 as on the node (single flight). A decision takes effect at the request's arrival; its time
 cost is counted in that request's TTFT (base TTFT + waiting + loading).
 
-Policies that have a time-invariant ``retention`` key (lru, lfu, weighted) are kept in a heap
-and handed to ``select_victims`` already ordered; the others are ranked on every miss. Either
-way the policy object and ``select_victims`` are the node's.
+Policies that have a time-invariant ``retention`` key (lru, lfu and each of the default's
+settings) are kept in a heap and handed to ``select_victims`` already ordered; the others are
+ranked on every miss. Either way the policy object and ``select_victims`` are the node's, and
+the default (``Adaptive``) sees every request (``observe``) as it does on the node.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apps.serving.cache.policy import Census, Policy, Resident, make_policy, rank, select_victims
+from apps.serving.cache.policy import (
+    Adaptive,
+    Census,
+    Policy,
+    Resident,
+    make_policy,
+    rank,
+    select_victims,
+)
 from apps.serving.replay.traces import Trace
 
 MB = 1048576
@@ -156,29 +165,54 @@ class Result:
         return float(rates.sum() ** 2 / (len(rates) * (rates**2).sum()))
 
 
-class _Tier:
-    """One tier's residents, and (for policies with a fixed ``retention``) a heap of them.
+class _Heap:
+    """A tier's residents ordered by one ``retention`` key, updated lazily.
 
-    The heap is updated lazily: a hit only replaces the resident (``touch``); when an entry
-    reaches the top and its resident has changed since it was pushed, it is pushed again with
-    the resident's current key. That is exact because retention never falls on an access
-    (more hits, a later last use; ``Weighted`` keeps its recency half-life at most its count
-    half-life), so a stale key is never above the true one.
+    A hit only replaces the resident (``_Tier.touch``); when an entry reaches the top and
+    its resident has changed since it was pushed, it is pushed again with the resident's
+    current key. That is exact because retention never falls on an access (more hits, a
+    later last use; ``Weighted`` keeps its recency half-life at most its count half-life),
+    so a stale key is never above the true one.
     """
+
+    def __init__(self, retention: Callable[[Resident], float]) -> None:
+        self.retention = retention
+        self.entries: list[tuple[float, int, int]] = []
+        self.seq: dict[int, int] = {}  # key -> counter of its live entry
+        self.pushed: dict[int, Resident] = {}  # key -> the resident that entry was made from
+        self.counter = 0
+
+    def push(self, key: int, resident: Resident, live: int) -> None:
+        self.counter += 1
+        self.seq[key] = self.counter
+        self.pushed[key] = resident
+        heapq.heappush(self.entries, (self.retention(resident), self.counter, key))
+        if len(self.entries) > 4 * live + 64:
+            self.entries = [e for e in self.entries if self.seq.get(e[2]) == e[1]]
+            heapq.heapify(self.entries)
+
+    def drop(self, key: int) -> None:
+        self.seq.pop(key, None)
+        self.pushed.pop(key, None)
+
+
+class _Tier:
+    """One tier's residents and, for policies with a fixed ``retention``, a heap of them —
+    one per setting for an ``Adaptive`` policy, so that every setting's choice is at hand
+    and a change of the active setting costs nothing."""
 
     def __init__(self, policy: Policy, *, evicts: bool = True) -> None:
         self.policy = policy
-        # (a tier that never evicts, such as an unbounded disk, keeps no heap)
-        self.retention: Callable[[Resident], float] | None = (
-            getattr(policy, "retention", None) if evicts else None
-        )
         self.residents: dict[int, Resident] = {}
         self.census = Census()
         self.bytes = 0
-        self._heap: list[tuple[float, int, int]] = []
-        self._seq: dict[int, int] = {}  # key -> counter of its live heap entry
-        self._pushed: dict[int, Resident] = {}  # key -> the resident that entry was made from
-        self._counter = 0
+        self.heaps: list[_Heap] = []
+        # (a tier that never evicts, such as an unbounded disk, keeps no heap)
+        if evicts and getattr(policy, "retention", None) is not None:
+            if isinstance(policy, Adaptive):
+                self.heaps = [_Heap(policy.expert(e).retention) for e in range(len(policy.experts))]
+            else:
+                self.heaps = [_Heap(policy.retention)]  # type: ignore[attr-defined]
 
     def put(self, key: int, resident: Resident) -> None:
         old = self.residents.get(key)
@@ -188,70 +222,68 @@ class _Tier:
             self.census.add(resident)
         self.residents[key] = resident
         self.bytes += resident.size_bytes
-        if self.retention is not None:
-            self.push(key, resident)
-
-    def push(self, key: int, resident: Resident) -> None:
-        assert self.retention is not None
-        self._counter += 1
-        self._seq[key] = self._counter
-        self._pushed[key] = resident
-        heapq.heappush(self._heap, (self.retention(resident), self._counter, key))
-        if len(self._heap) > 4 * len(self.residents) + 64:
-            self._compact()
+        for heap in self.heaps:
+            heap.push(key, resident, len(self.residents))
 
     def touch(self, key: int, resident: Resident) -> None:
-        """A hit: the resident changes; its heap entry is brought up to date when it is read."""
+        """A hit: the resident changes; its heap entries are brought up to date when read."""
         self.residents[key] = resident
 
     def pop(self, key: int) -> Resident:
         resident = self.residents.pop(key)
         self.census.remove(resident)
         self.bytes -= resident.size_bytes
-        self._seq.pop(key, None)
-        self._pushed.pop(key, None)
+        for heap in self.heaps:
+            heap.drop(key)
         return resident
 
-    def _compact(self) -> None:
-        self._heap = [e for e in self._heap if self._seq.get(e[2]) == e[1]]
-        heapq.heapify(self._heap)
-
-    def ordered(self, now: float, skip: Callable[[int], bool]) -> _Ordered | list[Resident]:
-        """The residents not skipped, in the policy's eviction order."""
-        if self.retention is None:
+    def ordered(
+        self, now: float, skip: Callable[[int], bool], setting: int | None = None
+    ) -> _Ordered | list[Resident]:
+        """The residents not skipped, in the policy's eviction order (``setting``: in that
+        setting's order, for an ``Adaptive`` policy; else the active one's)."""
+        policy = self.policy
+        if setting is None:
+            setting = policy.active if isinstance(policy, Adaptive) else 0
+        if not self.heaps:
+            if isinstance(policy, Adaptive):
+                policy = policy.expert(setting)
             return rank(
-                [r for k, r in self.residents.items() if not skip(k)],
-                policy=self.policy,
-                now=now,
+                [r for k, r in self.residents.items() if not skip(k)], policy=policy, now=now
             )
-        return _Ordered(self, skip)
+        return _Ordered(self, self.heaps[setting], skip)
 
 
 class _Ordered:
-    """Lazily pops a tier's heap in eviction order; ``restore`` puts back what was read."""
+    """Lazily pops one of a tier's heaps in eviction order; ``restore`` puts back what was
+    read."""
 
-    def __init__(self, tier: _Tier, skip: Callable[[int], bool]) -> None:
-        self.tier, self.skip = tier, skip
+    def __init__(self, tier: _Tier, heap: _Heap, skip: Callable[[int], bool]) -> None:
+        self.tier, self.heap, self.skip = tier, heap, skip
         self.read: list[tuple[float, int, int]] = []
 
     def __iter__(self) -> Iterator[Resident]:
-        tier = self.tier
-        heap, seq, residents, pushed = tier._heap, tier._seq, tier.residents, tier._pushed
-        while heap:
-            entry = heapq.heappop(heap)
-            if seq.get(entry[2]) != entry[1]:
-                continue  # stale: re-pushed since, or gone
-            current = residents[entry[2]]
-            if pushed[entry[2]] is not current:  # accessed since: its key has only grown
-                tier.push(entry[2], current)
+        heap, residents, live = self.heap, self.tier.residents, len(self.tier.residents)
+        entries, seq, pushed = heap.entries, heap.seq, heap.pushed
+        while entries:
+            entry = entries[0]
+            key = entry[2]
+            if seq.get(key) != entry[1]:
+                heapq.heappop(entries)  # stale: re-pushed since, or gone
                 continue
-            self.read.append(entry)
-            if not self.skip(entry[2]):
-                yield residents[entry[2]]
+            current = residents[key]
+            if pushed[key] is not current:  # accessed since: its key has only grown
+                heapq.heappop(entries)
+                heap.push(key, current, live)
+                entries = heap.entries  # (a compaction replaces the list)
+                continue
+            if not self.skip(key):
+                yield current  # still on top: a reader that stops here costs no pop
+            self.read.append(heapq.heappop(entries))
 
     def restore(self) -> None:
         for entry in self.read:
-            heapq.heappush(self.tier._heap, entry)
+            heapq.heappush(self.heap.entries, entry)
         self.read = []
 
 
@@ -294,6 +326,7 @@ def replay(
     tiers = result.tiers
     next_expiry = 0.0
     l2_ms = costs.l2_ms
+    observe = policy.observe if isinstance(policy, Adaptive) else None
     started = time.perf_counter()
 
     def refill_l1() -> None:
@@ -331,6 +364,8 @@ def replay(
         adapter = adapters[key]
         size = adapter.size_bytes
         bytes_requested += size
+        if observe is not None:  # every request, as the node's placement does
+            observe(key, now)
         if ttl is not None and now >= next_expiry:  # the node's TTL sweep, once a second
             next_expiry = now + 1.0
             cutoff = now - ttl
@@ -419,6 +454,12 @@ def replay(
                 if len(residents) < capacity_now and not quotas:
                     break
                 ordered = engine.ordered(now, loading)
+                asked: list = []
+
+                def setting_order(e: int, asked: list = asked, now: float = now):
+                    asked.append(engine.ordered(now, loading, e))
+                    return asked[-1]
+
                 victims = select_victims(
                     residents.values(),
                     policy=policy,
@@ -429,8 +470,11 @@ def replay(
                     pressure=min(1.0, len(pending) / capacity.max_pending),
                     ordered=ordered,
                     census=engine.census,
+                    orders=setting_order,
                 )
                 _restore(ordered)
+                for order in asked:
+                    _restore(order)
                 if not victims and len(residents) >= capacity_now:
                     fallback = engine.ordered(now, loading)
                     victims = list(itertools.islice(fallback, 1))
