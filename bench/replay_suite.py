@@ -138,7 +138,7 @@ def speed(requests: int) -> dict[str, float]:
     out = {}
     for policy in POLICIES:
         best = 0.0
-        for _ in range(3):  # the best of three: the machine is shared
+        for _ in range(5):  # the best of five: the machine is shared
             best = max(best, replay(trace, policy, capacity).requests_per_s)
         out[policy] = best
     return out
@@ -222,8 +222,10 @@ def main() -> None:
         ]
         print(f"{row['trace']:<11}{row['capacity']:<14}" + "".join(f"{c:>18}" for c in cells))
     rates = speed(args.requests)
-    print("\nreplay speed, 256 engine residents, one core (requests/s, best of 3):")
-    print("  " + ", ".join(f"{p} {rates[p]:,.0f}" for p in order))
+    if rates["weighted"] < 100_000:
+        misses.append(f"replay speed of the default {rates['weighted']:,.0f}/s < 100,000/s")
+    print("\nreplay speed, 256 engine residents, one core (requests/s, best of 5; x lru's):")
+    print("  " + ", ".join(f"{p} {rates[p]:,.0f} ({rates[p] / rates['lru']:.2f})" for p in order))
     print("\ntargets:", "all met" if not misses else "missed —")
     for miss in misses:
         print("  " + miss)

@@ -18,6 +18,7 @@ import pytest
 
 from apps.registry.aliases import load_version
 from apps.serving import demo_corpus as corpus
+from apps.serving.cache.policy import Adaptive, make_policy
 from apps.serving.config import SETTINGS_ID
 from apps.serving.demo_assets import build_extra_adapters
 from apps.serving.models import CacheSettings
@@ -349,10 +350,14 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
     from apps.serving.replay.log import trace_from_log
     from apps.serving.replay.simulate import Capacity, Costs, replay
 
-    def use(change):
-        change["gpu_hot"]["eviction_policy"] = policy
+    def use(name):
+        def change(config):
+            config["gpu_hot"]["eviction_policy"] = name
 
-    cache.configure(use)
+        return change
+
+    cache.configure(use("lfu" if policy != "lfu" else "lru"))
+    cache.configure(use(policy))  # a fresh policy object: nothing learned from earlier tests
     sequence = [
         "x0",
         "x1",
@@ -404,7 +409,11 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
         ttl_s=limits["warm_ttl_s"],
         max_pending=limits["max_pending_loads"],
     )
-    replayed = replay(trace, policy, capacity, free, record_tiers=True)
+    replaying = make_policy(policy)
+    replayed = replay(trace, replaying, capacity, free, record_tiers=True)
     assert replayed.tier_log == node_tiers
     evicted = cache.metric("adapter_eviction_count_total", tier="L2") - evicted_before
     assert replayed.evictions["L2"] == evicted
+    if isinstance(replaying, Adaptive):  # the default learned the same from the same requests
+        node_state = cache.state()["policy_state"]
+        assert node_state == replaying.describe()
