@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
+from apps.serving.engine import device_budget_problem
 from apps.serving.models import CacheSettings
 from apps.tenants.errors import Invalid
 from apps.tenants.events import publish_change
@@ -58,6 +59,12 @@ def set_config(*, data: object, actor) -> tuple[CacheConfig, list[str]]:
         config = parse_cache_config(data, source="cache config")
     except ImproperlyConfigured as exc:
         raise Invalid(str(exc)) from None
+    # (checked here too when the base model is readable: a node would refuse to restart)
+    problem = device_budget_problem(
+        config, settings.LORAHUB_BASE_MODEL_DIR, settings.LORAHUB_ENGINE_DTYPE
+    )
+    if problem:
+        raise Invalid(f"cache config: {problem}")
     before = effective_config()
     row, _ = CacheSettings.objects.select_for_update().get_or_create(
         pk=SETTINGS_ID, defaults={"data": {}}

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from apps.serving.config import effective_config, set_config
+from apps.serving.engine import EngineSettings, device_slot_bytes
 from apps.serving.models import CacheSettings
 from apps.tenants.models import AuditEvent
+from lorahub.cacheconfig import parse_cache_config
 from tests.helpers import key_client, user_client
 
 pytestmark = pytest.mark.django_db
@@ -67,6 +71,12 @@ def test_a_change_is_stored_audited_and_says_what_waits_for_a_restart(operator):
             lambda c: c["adapter_cache"]["prewarm"].update(aliases=["support"]),
             "'tenant-slug/alias'",
         ),
+        (  # 4 device slots of rank 16 on the demo model reserve 1.47 MB
+            lambda c: c["adapter_cache"]["gpu_hot"].update(max_memory_gb=0.001),
+            "adapter_cache.gpu_hot.max_memory_gb: 4 device slots of rank 16 for "
+            "lorahub-demo-tiny reserve 1.5 MB (0.37 MB each), over the 0.001 GB budget; raise "
+            "max_memory_gb to at least 0.00143 or lower max_adapters (at most 2 fit)",
+        ),
     ],
 )
 def test_a_bad_config_is_refused_naming_the_key_and_nothing_is_stored(operator, edit, message):
@@ -98,3 +108,35 @@ def test_the_stored_config_wins_over_the_file(operator):
     data["adapter_cache"]["disk_cache"]["max_size_gb"] = 1.5
     set_config(data=data, actor=None)
     assert effective_config().adapter_cache.disk_cache.max_size_gb == 1.5
+
+
+def test_the_device_slot_reservation_is_what_vllm_allocates():
+    """vLLM reserves A and B buffers per slot for every projection, the embedding and the LM
+    head at max_lora_rank. Demo model (hidden 128, MLP 256, 2 layers, vocab 704, float32):
+    per layer q k v o 4 x 16 x (128 + 128) + gate up down 3 x 16 x (128 + 256) = 34,816,
+    x 2 layers + embedding and head 2 x 16 x (704 + 128) = 96,256 floats = 385,024 bytes —
+    the sum of a real engine's lora_a/lora_b buffers per slot."""
+    demo = json.loads((settings.LORAHUB_BASE_MODEL_DIR / "config.json").read_text())
+    assert device_slot_bytes(demo, 16, "float32") == 385_024
+    assert device_slot_bytes(demo, 8, "bfloat16") == 385_024 // 4  # half the rank, half the bytes
+    llama3_8b = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 128256,
+    }
+    assert device_slot_bytes(llama3_8b, 16, "bfloat16") == 92_356_608  # ~88 MB a slot
+    assert device_slot_bytes({"model_type": "mamba"}, 16, "float32") is None  # not checked
+
+
+def test_a_node_whose_device_slots_exceed_the_budget_refuses_to_start_saying_why():
+    config = effective_config().model_dump(mode="json")
+    config["adapter_cache"]["gpu_hot"]["max_memory_gb"] = 0.001
+    refused = r"the engine cannot start: adapter_cache\.gpu_hot\.max_memory_gb"
+    with pytest.raises(ImproperlyConfigured, match=refused):
+        EngineSettings.from_django_settings(parse_cache_config(config))
+    assert EngineSettings.from_django_settings(effective_config()).max_loras == 4
