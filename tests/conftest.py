@@ -220,7 +220,31 @@ def registry(s3_settings, signing_key, base_model, celery_worker, transactional_
         if time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    time.sleep(0.2)  # the worker commits, then closes its transaction
+    wait_for_other_transactions()  # the worker commits, then closes its transaction
+
+
+def wait_for_other_transactions(timeout_s: float = 30) -> None:
+    """Until no other session on the test database is inside a statement or a transaction
+    (a worker finishing its commit), so that the table flush after the test never races
+    it. Fails naming what stayed busy."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(
+                "SELECT pid, state, left(query, 80) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend' AND state <> 'idle'"
+            )
+            busy = cursor.fetchall()
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"other sessions stayed busy for {timeout_s:.0f} s: {busy}")
+            time.sleep(0.02)
 
 
 @pytest.fixture
