@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from apps.serving.config import effective_config, set_config
@@ -79,7 +78,10 @@ def test_a_change_is_stored_audited_and_says_what_waits_for_a_restart(operator):
         ),
     ],
 )
-def test_a_bad_config_is_refused_naming_the_key_and_nothing_is_stored(operator, edit, message):
+def test_a_bad_config_is_refused_naming_the_key_and_nothing_is_stored(
+    operator, demo_dir, edit, message
+):
+    # (demo_dir: the base model must be built for the device-slot budget to be checked)
     client = user_client("otto", "otto-pass-123")
     config = client.get("/api/cache-config").json()
     edit(config)
@@ -110,13 +112,13 @@ def test_the_stored_config_wins_over_the_file(operator):
     assert effective_config().adapter_cache.disk_cache.max_size_gb == 1.5
 
 
-def test_the_device_slot_reservation_is_what_vllm_allocates():
+def test_the_device_slot_reservation_is_what_vllm_allocates(demo_dir):
     """vLLM reserves A and B buffers per slot for every projection, the embedding and the LM
     head at max_lora_rank. Demo model (hidden 128, MLP 256, 2 layers, vocab 704, float32):
     per layer q k v o 4 x 16 x (128 + 128) + gate up down 3 x 16 x (128 + 256) = 34,816,
     x 2 layers + embedding and head 2 x 16 x (704 + 128) = 96,256 floats = 385,024 bytes —
     the sum of a real engine's lora_a/lora_b buffers per slot."""
-    demo = json.loads((settings.LORAHUB_BASE_MODEL_DIR / "config.json").read_text())
+    demo = json.loads((demo_dir / "base-model" / "config.json").read_text())
     assert device_slot_bytes(demo, 16, "float32") == 385_024
     assert device_slot_bytes(demo, 8, "bfloat16") == 385_024 // 4  # half the rank, half the bytes
     llama3_8b = {
@@ -133,7 +135,7 @@ def test_the_device_slot_reservation_is_what_vllm_allocates():
     assert device_slot_bytes({"model_type": "mamba"}, 16, "float32") is None  # not checked
 
 
-def test_a_node_whose_device_slots_exceed_the_budget_refuses_to_start_saying_why():
+def test_a_node_whose_device_slots_exceed_the_budget_refuses_to_start_saying_why(demo_dir):
     config = effective_config().model_dump(mode="json")
     config["adapter_cache"]["gpu_hot"]["max_memory_gb"] = 0.001
     refused = r"the engine cannot start: adapter_cache\.gpu_hot\.max_memory_gb"
