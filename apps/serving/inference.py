@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from apps.registry.aliases import AliasSnapshot, ResolvedVersion
 from apps.serving import blocking
 from apps.serving import openai_api as oai
+from apps.serving.cache.engine_tiers import Owner
 from apps.serving.directory import UNKNOWN, Caller
 from apps.serving.engine import EngineDied, EngineNotReady, EngineRefused, Generation
 from apps.serving.fleet import node_header
@@ -33,7 +34,6 @@ from apps.serving.placement import (
     DiskFull,
     LoadDeadline,
     LoadQueueFull,
-    Owner,
     Placed,
 )
 from apps.serving.state import NodeState

@@ -19,9 +19,10 @@ from starlette.responses import JSONResponse, Response
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving import blocking
 from apps.serving import openai_api as oai
+from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.policy import Adaptive
 from apps.serving.fleet import node_header
-from apps.serving.placement import AdapterIntegrityError, Owner, PinLimit
+from apps.serving.placement import AdapterIntegrityError
 from apps.tenants.models import Tenant
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class InternalApi:
                     retry_after=1,
                 )
             if tier == "L1":  # vLLM cannot unpin: take it out and put it back unpinned
-                if lora_id in placement.pinned:
+                if placement.is_pinned(lora_id):
                     await placement.remove(lora_id)
                     await placement.place(resolved)
             else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node

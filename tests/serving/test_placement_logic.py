@@ -16,14 +16,14 @@ import pytest
 from apps.registry import signing
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import LocalStore
+from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.gate import DeviceGate
 from apps.serving.cache.policy import LRU
 from apps.serving.placement import (
+    AdapterIntegrityError,
     Limits,
     LoadDeadline,
     LoadQueueFull,
-    Owner,
-    PinLimit,
     Placement,
 )
 from tests.helpers import signed_version
@@ -308,7 +308,7 @@ def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resu
         first = asyncio.ensure_future(placement.place(version(1), hold=True))
         await until(lambda: engine.entered == [1])
         second = asyncio.ensure_future(placement.place(version(2), hold=True))
-        await until(lambda: 2 in placement._on_disk)  # landed; next it queues for the slot
+        await until(lambda: 2 in placement.on_disk.members)  # landed; next it queues for the slot
         await asyncio.sleep(0.05)
         engine.gate.set()
         placed = await asyncio.wait_for(first, timeout=5)
@@ -379,3 +379,102 @@ def test_an_adapter_waiting_too_long_gets_the_next_slot_even_while_others_stay_b
         await asyncio.wait_for(held, timeout=2)
 
     run(scenario())
+
+
+def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(world):
+    """One record per version holds its whole state: landing, loading, in the engine, held,
+    pinned, back to disk, deprecated and quarantined read from it, and /internal/cache's
+    rows show the record's state."""
+    placement, engine, version = world
+    states: dict[str, str] = {}
+
+    def state(n: int) -> str:
+        record = placement.versions.get(n)
+        return str(record.state) if record is not None else "none"
+
+    def row_state(n: int, tier: str) -> str:
+        return next(r["state"] for r in placement.residents()[tier] if r["version_id"] == n)
+
+    async def scenario():
+        states["before"] = state(1)
+        engine.gate.clear()  # the add waits: the version is on disk and loading
+        load = asyncio.ensure_future(placement.place(version(1)))
+        async with asyncio.timeout(5):
+            while engine.entered != [1]:
+                await asyncio.sleep(0.01)
+        states["loading"] = state(1)
+        states["loading row"] = placement.residents()["loading"][0]["state"]
+        assert placement.busy(1)
+        engine.gate.set()
+        await load
+        states["loaded"] = state(1)
+        states["disk row"] = row_state(1, "L3")
+        await placement.place(version(1), hold=True)
+        states["held"] = state(1)
+        assert placement.busy(1) and placement.in_use(1) == 1
+        placement.release(1)
+        states["released"] = state(1)
+        await placement.pin(version(1))
+        states["pinned"] = state(1)
+        states["pinned row"] = row_state(1, "L1")
+        await placement.remove(1)
+        states["removed"] = state(1)
+        placement.deprecate(1)
+        await placement.place(version(1))  # loaded again: still deprecated
+        states["deprecated row"] = next(
+            r["deprecated"] for r in placement.residents()["L2"] + placement.residents()["L1"]
+        )
+        with placement.versions.of(1).landing:  # what a landing on another thread holds
+            states["landing"] = state(1)
+            assert placement.busy(1)
+        placement.quarantined = {2}
+        states["quarantined"] = state(2)
+        with pytest.raises(AdapterIntegrityError):
+            await placement.place(version(2))
+
+    run(scenario())
+    assert states == {
+        "before": "none",
+        "loading": "loading",
+        "loading row": "loading",
+        "loaded": "in engine",
+        "disk row": "in engine",
+        "held": "held",
+        "released": "in engine",
+        "pinned": "pinned",
+        "pinned row": "pinned",
+        "removed": "on disk",
+        "deprecated row": True,
+        "landing": "landing",
+        "quarantined": "quarantined",
+    }
+    assert placement.quarantined == {2}
+
+
+def test_after_an_engine_restart_no_record_says_it_is_in_the_engine(world):
+    placement, _engine, version = world
+
+    async def scenario():
+        await placement.pin(version(1))
+        await placement.place(version(2), hold=True)
+        placement.forget_engine()
+
+    run(scenario())
+    assert [str(placement.versions.get(n).state) for n in (1, 2)] == ["on disk", "on disk"]
+    assert placement.in_engine() == 0 and not placement.is_pinned(1) and placement.in_use(2) == 0
+
+
+def test_a_deprecated_version_loaded_again_is_still_the_first_to_leave_the_engine(world):
+    """Deprecation belongs to the version, not to one stay in the engine: loaded again after
+    its alias moved on, it goes before older versions the alias still uses."""
+    placement, engine, version = world
+
+    async def scenario():
+        await asyncio.to_thread(placement.to_disk, version(1))
+        placement.deprecate(1)  # on disk only when its alias moves on
+        for n in (2, 3, 1):  # v1 is the most recently used of the three
+            await placement.place(version(n))
+        await placement.place(version(4))  # max_cpu_loras = 3: one must go
+
+    run(scenario())
+    assert engine.removed == [1]

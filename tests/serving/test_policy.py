@@ -37,7 +37,7 @@ def resident(
     pinned=False,
 ):
     return Resident(
-        key=(name,),
+        version_id=name,
         tenant_id=tenant,
         size_bytes=int(size_mb * MB),
         last_used=NOW - idle_s,
@@ -51,7 +51,7 @@ def resident(
 
 def evict_order(policy, residents, pressure=0.0):
     return [
-        r.key[0]
+        r.version_id
         for r in sorted(residents, key=lambda r: policy.score(r, NOW, pressure), reverse=True)
     ]
 
@@ -125,10 +125,10 @@ def test_the_default_order_never_changes_between_accesses():
         resident(f"r{i}", idle_s=i * 37 % 500, hits=1 + i % 7, size_mb=10 + i * 3, priority=i % 3)
         for i in range(20)
     ]
-    now_order = [r.key for r in rank(pool, policy=w, now=NOW)]
-    later_order = [r.key for r in rank(pool, policy=w, now=NOW + 3600)]
+    now_order = [r.version_id for r in rank(pool, policy=w, now=NOW)]
+    later_order = [r.version_id for r in rank(pool, policy=w, now=NOW + 3600)]
     assert now_order == later_order
-    assert now_order == [r.key for r in sorted(pool, key=w.retention)]
+    assert now_order == [r.version_id for r in sorted(pool, key=w.retention)]
 
 
 def test_queue_pressure_weighs_idle_time_up():
@@ -177,7 +177,7 @@ def test_a_tenant_at_its_quota_makes_room_from_its_own_even_when_the_cache_has_r
     victims = select_victims(
         residents, policy=LRU(), now=NOW, capacity=8, requester=1, quotas={1: 2}
     )
-    assert [v.key for v in victims] == [("a1",)]
+    assert [v.version_id for v in victims] == ["a1"]
 
 
 def test_policies_are_selected_by_name():
@@ -197,7 +197,7 @@ def test_policies_are_selected_by_name():
 def test_pinned_residents_are_never_chosen():
     residents = [resident("pinned", idle_s=9999, pinned=True), resident("busy", hits=100)]
     victims = select_victims(residents, policy=LRU(), now=NOW, capacity=2)
-    assert [v.key[0] for v in victims] == ["busy"]
+    assert [v.version_id for v in victims] == ["busy"]
     only_pinned = [resident("p1", pinned=True), resident("p2", pinned=True)]
     assert select_victims(only_pinned, policy=LRU(), now=NOW, capacity=2) == []
 
@@ -215,7 +215,7 @@ def test_a_tenant_at_its_quota_displaces_its_own_lowest_value_adapter():
     victims = select_victims(
         residents, policy=LRU(), now=NOW, capacity=3, requester=1, quotas={1: 2}
     )
-    assert [v.key[0] for v in victims] == ["a2"]
+    assert [v.version_id for v in victims] == ["a2"]
 
 
 def test_a_burst_cannot_push_another_tenant_below_its_guaranteed_share():
@@ -230,7 +230,7 @@ def test_a_burst_cannot_push_another_tenant_below_its_guaranteed_share():
     victims = select_victims(
         residents, policy=LRU(), now=NOW, capacity=8, requester=1, slots_needed=3, quotas={1: 10}
     )
-    names = [v.key[0] for v in victims]
+    names = [v.version_id for v in victims]
     assert "b0" in names  # above its share: may go
     assert "b1" not in names  # its last guaranteed slot stays
     assert len(names) == 3  # the rest of the room comes from tenant 1's own adapters
@@ -242,7 +242,7 @@ def test_normalised_weighted_selection_keeps_the_keeper_among_many():
     goer = resident("goer", idle_s=30, **GOER)
     others = [resident(f"o{i}", idle_s=60 + i, hits=10, size_mb=30, cost_ms=200) for i in range(6)]
     victims = select_victims([keeper, goer, *others], policy=Linear(), now=NOW, capacity=8)
-    assert [v.key[0] for v in victims] == ["goer"]
+    assert [v.version_id for v in victims] == ["goer"]
 
 
 @pytest.mark.parametrize("policy", [LRU(), LFU(), Weighted(), GDSF()], ids=lambda p: p.name)
@@ -252,7 +252,7 @@ def test_a_deprecated_version_goes_first_under_every_policy(policy):
         resident("replaced", idle_s=0, hits=9, deprecated=True),
     ]
     victims = select_victims(residents, policy=policy, now=NOW, capacity=2)
-    assert [v.key for v in victims] == [("replaced",)]
+    assert [v.version_id for v in victims] == ["replaced"]
 
 
 # --- the default: three Weighted settings, judged by which victim comes back first ----------
@@ -273,8 +273,8 @@ def disagreement(policy):
         policy.observe("x", float(t))
     policy.observe("y", 100.0)
     pool = [
-        Resident(("x",), 1, MB, 4.0, 5.0),
-        Resident(("y",), 1, MB, 100.0, 1.0),
+        Resident("x", 1, MB, 4.0, 5.0),
+        Resident("y", 1, MB, 100.0, 1.0),
     ]
     return select_victims(pool, policy=policy, now=101.0, capacity=2, slots_needed=1)
 
@@ -282,7 +282,7 @@ def disagreement(policy):
 def test_the_default_s_setting_whose_victim_comes_back_first_is_penalised():
     policy = Adaptive(experts=(OFTEN, LATELY), judge_every=1)
     victims = disagreement(policy)
-    assert [v.key[0] for v in victims] == ["y"]  # the active setting (OFTEN) decided
+    assert [v.version_id for v in victims] == ["y"]  # the active setting (OFTEN) decided
     assert penalties(policy) == [0.0, 0.0]  # open until x or y is requested again
     policy.observe("y", 102.0)  # y first: OFTEN's eviction would have cost this miss
     assert penalties(policy) == [1.0, 0.0]
@@ -318,7 +318,7 @@ def test_penalties_fade_so_recent_evidence_outweighs_old():
         for i in range(5):
             policy.observe(x, t + i)
         policy.observe(y, t + 100)
-        pool = [Resident((x,), 1, MB, t + 4, 5.0), Resident((y,), 1, MB, t + 100, 1.0)]
+        pool = [Resident(x, 1, MB, t + 4, 5.0), Resident(y, 1, MB, t + 100, 1.0)]
         select_victims(pool, policy=policy, now=t + 101, capacity=2, slots_needed=1)
         policy.observe(x, t + 102)
     # each disagreement halves what came before: OFTEN 1 x 0.5 x 0.5, LATELY 1 x 0.5 + 1

@@ -134,7 +134,7 @@ def test_the_replay_runs_the_node_s_policy_objects_and_select_victims():
             self.evicted: list[int] = []
 
         def on_evict(self, resident, now):
-            self.evicted.append(resident.key[0])
+            self.evicted.append(resident.version_id)
 
     spy = Spy()
     replay(trace_of("ABC"), spy, Capacity(l1_slots=1, l2_slots=1), FREE)
@@ -144,8 +144,8 @@ def test_the_replay_runs_the_node_s_policy_objects_and_select_victims():
 def test_the_oracle_knows_each_version_s_next_request():
     trace = trace_of("ABAB")
     oracle = Oracle(trace)
-    a_at_0 = Resident(key=(0,), tenant_id=1, size_bytes=MB, last_used=0.0)
-    b_at_3 = Resident(key=(1,), tenant_id=1, size_bytes=MB, last_used=3.0)
+    a_at_0 = Resident(version_id=0, tenant_id=1, size_bytes=MB, last_used=0.0)
+    b_at_3 = Resident(version_id=1, tenant_id=1, size_bytes=MB, last_used=3.0)
     assert oracle.next_use(a_at_0) == 2.0
     assert oracle.next_use(b_at_3) == float("inf")
 
@@ -190,7 +190,7 @@ def test_no_policy_beats_belady_on_equal_sizes(keys, slots, policy):
 residents = st.lists(
     st.builds(
         lambda k, t, idle, hits, prio, size: Resident(
-            key=(k,),
+            version_id=k,
             tenant_id=t,
             size_bytes=size * MB,
             last_used=1000.0 - idle,
@@ -207,7 +207,7 @@ residents = st.lists(
     ),
     min_size=1,
     max_size=30,
-    unique_by=lambda r: r.key,
+    unique_by=lambda r: r.version_id,
 )
 
 
@@ -232,8 +232,9 @@ def test_the_replay_s_heap_order_picks_the_same_victims_as_the_node_s_ranking(
         ordered=iter(by_key),
         census=Census.of(pool),
     )
-    assert [r.key for r in replayed] == [r.key for r in node]
-    assert [r.key for r in rank(pool, policy=policy, now=1000.0)] == [r.key for r in by_key]
+    ids = [r.version_id for r in rank(pool, policy=policy, now=1000.0)]
+    assert [r.version_id for r in replayed] == [r.version_id for r in node]
+    assert ids == [r.version_id for r in by_key]
 
 
 class Ranked:

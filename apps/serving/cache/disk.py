@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from apps.registry import signing
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.registry.validation import sha256_file
+from apps.serving.cache.policy import Policy, Resident, rank
+from apps.serving.cache.versions import CachedVersion
 
 logger = logging.getLogger(__name__)
 SEAL = ".seal.json"
@@ -268,3 +271,48 @@ class DiskTier:
                 continue
             kept.append(entry)
         return kept
+
+
+class DiskIndex:
+    """L3's bookkeeping: which versions are on this disk, their use, and which go first.
+
+    The index holds records (``versions.py``) and is the only writer of their ``disk`` and
+    ``folder``; ``DiskTier`` does the file work. The tiers are inclusive: what is in the
+    engine, loading or being landed keeps its folder (L2 can always be reloaded from L3).
+    """
+
+    def __init__(self, tier: DiskTier) -> None:
+        self.tier = tier
+        self.members: dict[int, CachedVersion] = {}
+
+    def add(self, record: CachedVersion, resident: Resident, folder: Path) -> None:
+        record.disk = resident._replace(deprecated=record.deprecated)
+        record.folder = folder
+        self.members[record.version_id] = record
+
+    def drop(self, record: CachedVersion) -> Path | None:
+        """Out of the index (the caller removes the folder); returns the folder it had."""
+        folder, record.folder, record.disk = record.folder, None, None
+        self.members.pop(record.version_id, None)
+        return folder
+
+    def bytes(self) -> int:
+        return sum(r.disk.size_bytes for r in list(self.members.values()) if r.disk is not None)
+
+    def victims(self, need_bytes: int, *, keep: Collection[int], policy: Policy) -> list[Resident]:
+        """The lowest-value folders that free ``need_bytes``, or as many as may go: not what
+        is in the engine, loading, landing or answering requests, and not ``keep``."""
+        if need_bytes <= 0:
+            return []
+        candidates = [
+            r.disk
+            for r in list(self.members.values())
+            if r.disk is not None and r.engine is None and not r.busy and r.version_id not in keep
+        ]
+        chosen: list[Resident] = []
+        for victim in rank(candidates, policy=policy, now=time.monotonic()):
+            if need_bytes <= 0:
+                break
+            chosen.append(victim)
+            need_bytes -= victim.size_bytes
+        return chosen

@@ -34,7 +34,10 @@ class Resident(NamedTuple):
     """What a policy knows about one cached adapter version (immutable; a NamedTuple, not a
     frozen dataclass: a replay creates one per access, and this is 3x cheaper to build)."""
 
-    key: tuple
+    # the cache key: on a node, the version id, which stands for the whole key (tenant,
+    # adapter, version, base-model revision), since the registry gives each one id; in a
+    # replay, the adapter's index
+    version_id: int
     tenant_id: int
     size_bytes: int
     last_used: float  # seconds, any monotonic clock
@@ -52,7 +55,7 @@ class Resident(NamedTuple):
         idle = now - self.last_used  # (decayed_hits, inlined: a replay calls this per request)
         hits = self.hits * 2.0 ** (-idle / half_life_s) if idle > 0 else self.hits
         return Resident(
-            self.key,
+            self.version_id,
             self.tenant_id,
             self.size_bytes,
             now,
@@ -265,7 +268,7 @@ class _Expert:
         self._per_s = 1.0 / self.setting.recency_half_life_s
 
     def retention(self, resident: Resident) -> float:
-        seen = self.owner._uses.get(resident.key[0])
+        seen = self.owner._uses.get(resident.version_id)
         if seen is None:  # never observed (a cache filled before this policy took over)
             hits, last = max(resident.hits, 1e-9), resident.last_used
         else:
@@ -457,13 +460,13 @@ class GDSF:
     clock: float = 0.0
     name: str = "gdsf"
     half_life_s: float = HALF_LIFE_S
-    _base: dict[tuple, tuple[float, float]] = field(default_factory=dict)  # key -> (used, L)
+    _base: dict[int, tuple[float, float]] = field(default_factory=dict)  # key -> (used, L)
 
     def value(self, resident: Resident, now: float) -> float:
-        seen = self._base.get(resident.key)
+        seen = self._base.get(resident.version_id)
         if seen is None or seen[0] != resident.last_used:  # new, or accessed since
             seen = (resident.last_used, self.clock)
-            self._base[resident.key] = seen
+            self._base[resident.version_id] = seen
         size_mb = max(resident.size_bytes / 1048576, 1e-6)
         cost = max(resident.reload_cost_ms, 1e-3)
         return seen[1] + (resident.decayed_hits(now) + 1.0) * cost / size_mb
@@ -473,7 +476,7 @@ class GDSF:
 
     def on_evict(self, resident: Resident, now: float) -> None:
         self.clock = max(self.clock, self.value(resident, now))
-        self._base.pop(resident.key, None)
+        self._base.pop(resident.version_id, None)
 
 
 POLICIES = ("weighted", "lru", "lfu", "gdsf", "linear")  # "weighted" is ``Adaptive``
@@ -649,7 +652,7 @@ def _ask_every_setting(
     firsts: list[int | None] = []
     for e in range(len(policy.experts)):
         if e == policy.active:
-            firsts.append(chosen.key[0])
+            firsts.append(chosen.version_id)
             continue
         if orders is not None:
             order = orders(e)
@@ -659,7 +662,7 @@ def _ask_every_setting(
         for r in order:
             tenant = r.tenant_id
             if tenant == requester or counts[tenant] > share(tenant, capacity):
-                first = r.key[0]
+                first = r.version_id
                 break
         firsts.append(first)
     policy.decided(firsts)

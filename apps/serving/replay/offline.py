@@ -73,7 +73,7 @@ class Oracle:
             self._next[(key, at)] = nxt
 
     def next_use(self, resident: Resident) -> float:
-        return self._next.get((resident.key[0], resident.last_used), NEVER)
+        return self._next.get((resident.version_id, resident.last_used), NEVER)
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
         wait = self.next_use(resident) - now

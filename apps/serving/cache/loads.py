@@ -1,0 +1,80 @@
+"""The load queue: versions being brought into the engine, and how many may be at once.
+
+Loading is single-flight per version (one fetch and one engine add however many requests
+wait: the task is the record's ``loading``), and bounded: at most ``max_concurrent_fetches``
+downloads from the registry and ``max_concurrent_loads`` engine adds run at once, and at most
+``max_pending`` versions may be loading or queued. A request that finds the queue full waits
+for room (within its deadline) or is refused, as its tenant tier decides (``placement.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from apps.serving.cache.versions import CachedVersion
+
+logger = logging.getLogger(__name__)
+
+
+class LoadQueue:
+    def __init__(self, *, max_fetches: int, max_loads: int, max_pending: int) -> None:
+        self.fetch_slots = asyncio.Semaphore(max_fetches)
+        self.load_slots = asyncio.Semaphore(max_loads)
+        self.max_pending = max_pending
+        self._limits = (max_fetches, max_loads)
+        self.members: dict[int, CachedVersion] = {}  # loading (``record.loading`` is set)
+        self._room = asyncio.Condition()  # signalled when a load finishes
+
+    def resize(self, *, max_fetches: int, max_loads: int, max_pending: int) -> None:
+        """New limits; loads under way finish on the old semaphores."""
+        if (max_fetches, max_loads) != self._limits:
+            self.fetch_slots = asyncio.Semaphore(max_fetches)
+            self.load_slots = asyncio.Semaphore(max_loads)
+            self._limits = (max_fetches, max_loads)
+        self.max_pending = max_pending
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def full(self) -> bool:
+        return len(self.members) >= self.max_pending
+
+    def pressure(self) -> float:
+        """How full the queue is, 0 to 1 (the policy keeps costly reloads harder when full)."""
+        return min(1.0, len(self.members) / max(1, self.max_pending))
+
+    def start(self, record: CachedVersion, load: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run ``load`` as the version's one load (the only writer of ``record.loading``)."""
+        task = asyncio.create_task(load)
+        record.loading = task
+        self.members[record.version_id] = record
+        task.add_done_callback(lambda done: self._done(record, done))
+        return task
+
+    def _done(self, record: CachedVersion, task: asyncio.Task) -> None:
+        if record.loading is task:
+            record.loading = None
+            self.members.pop(record.version_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            logger.info("loading version %s failed: %s", record.version_id, task.exception())
+        room = self._room
+
+        async def notify() -> None:
+            async with room:
+                room.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    async def wait_for_room(self, deadline_s: float | None) -> None:
+        """Until fewer than ``max_pending`` versions are loading; ``TimeoutError`` past the
+        deadline."""
+        room = self._room
+
+        async def wait() -> None:
+            async with room:
+                await room.wait_for(lambda: not self.full())
+
+        await asyncio.wait_for(wait(), timeout=deadline_s)
