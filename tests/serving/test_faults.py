@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis as redis_client
 
 from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
@@ -67,6 +68,22 @@ def private_s3(settings) -> Iterator[tuple[subprocess.Popen, str]]:
         os.kill(proc.pid, signal.SIGCONT)
         stop(proc)
         storage.get_store.cache_clear()
+
+
+def serves(node: NodeProcess, tenant: str, version_id: int, within: float) -> None:
+    """Wait until the node's alias table has ``support`` of ``tenant`` on ``version_id``."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = httpx.get(
+            f"{node.url}/internal/alias",
+            params={"tenant": tenant, "alias": "support"},
+            headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
+            timeout=10,
+        )
+        if answer.status_code == 200 and answer.json()["stable_version_id"] == version_id:
+            return
+        assert time.monotonic() < deadline, f"the node still serves {answer.text}"
+        time.sleep(0.05)
 
 
 def ask(node: NodeProcess, key: str) -> httpx.Response:
@@ -131,7 +148,8 @@ def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
                 name="support",
                 version_id=versions[slug]["v2"],
             )
-        time.sleep(1.0)  # the node follows the move (it polls or hears the broadcast)
+        for slug in keys:  # the node follows the move (it polls or hears the broadcast)
+            serves(node, slug, versions[slug]["v2"], within=10)
         degraded = ask(node, keys["std"])
         assert degraded.status_code == 200, degraded.text
         assert degraded.headers.get("x-lorahub-degraded") == "1"  # the base model answered
@@ -260,7 +278,14 @@ def test_with_redis_down_the_node_serves_and_alias_moves_still_arrive(
         redis = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # back
         wait_for_port(port, redis)
         events._client.cache_clear()
-        time.sleep(2)  # the node re-subscribes
+        listeners = redis_client.Redis(port=port)
+        deadline = time.monotonic() + 15
+        while not dict(listeners.pubsub_numsub(settings.LORAHUB_EVENTS_CHANNEL)).get(
+            settings.LORAHUB_EVENTS_CHANNEL.encode()
+        ):
+            assert time.monotonic() < deadline, "the node did not subscribe again"
+            time.sleep(0.1)
+        listeners.close()
         point("v1")
         follows("v1", within=5)
     finally:

@@ -341,8 +341,8 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     ok_before = node_metric(
         url, "adapter_requests_total", tenant="tenant-a", adapter="support", status="ok"
     )
-    for _ in range(3):
-        complete(world["a"])
+    logged_before = RequestLog.objects.filter(tenant=tenant_a, alias="support").count()
+    tiers = [complete(world["a"])[1]["x-lorahub-cache-tier"] for _ in range(3)]
     with pytest.raises(openai.NotFoundError):
         complete(world["a"], model="nope")
     assert (
@@ -361,12 +361,16 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     as_tenant = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {world['a_key']}"})
     assert as_tenant.status_code == 401
     deadline = time.monotonic() + 10
-    while RequestLog.objects.filter(tenant=tenant_a, alias="support").count() < 3:
+    while RequestLog.objects.filter(tenant=tenant_a, alias="support").count() < logged_before + 3:
         assert time.monotonic() < deadline, "request statistics were not written"
         time.sleep(0.2)
-    row = RequestLog.objects.filter(tenant=tenant_a, alias="support", status=200).first()
+    served = RequestLog.objects.filter(tenant=tenant_a, alias="support", status=200)
+    rows = list(served.order_by("-id")[:3])[::-1]  # these three requests', in order
+    # each logged with the tier the node answered it from
+    assert [r.tier for r in rows] == tiers
+    row = rows[-1]
     assert row.adapter_id == "support" and row.version == "v1" and row.ttft_ms > 0
-    assert row.completion_tokens > 0 and row.tier in ("L1", "L2", "L3", "L4")
+    assert row.completion_tokens > 0
     assert RequestLog.objects.filter(tenant=tenant_a, alias="nope", status=404).exists()
     from apps.serving.models import RequestMinute
 
@@ -391,6 +395,7 @@ def test_keys_and_tokens_never_reach_the_logs(world, node_work, tenant_a, caplog
     secrets_used = [world["a_key"], revoked, NODE_INTERNAL_TOKEN, "lh_deadbeef_not-a-real-key"]
     log = node_work / "node.log"
     before = log.stat().st_size
+    logged_before = RequestLog.objects.count()
     for key in secrets_used:
         for path in ("/v1/completions", "/v1/models", "/internal/cache", "/metrics"):
             httpx.post(
@@ -400,10 +405,19 @@ def test_keys_and_tokens_never_reach_the_logs(world, node_work, tenant_a, caplog
                 timeout=60,
             )
         Client(HTTP_AUTHORIZATION=f"Bearer {key}").get("/api/aliases")
-    time.sleep(1.5)  # the node's statistics and log lines of these requests are written
-    with log.open("rb") as fh:
-        fh.seek(before)
-        node_lines = fh.read().decode(errors="replace")
+    # wait until the node has written what these requests make it write: an access line each
+    # and the statistics of the ones it served (written in the background)
+    deadline = time.monotonic() + 15
+    while True:
+        with log.open("rb") as fh:
+            fh.seek(before)
+            node_lines = fh.read().decode(errors="replace")
+        if node_lines.count(' HTTP/1.1" ') >= 4 * len(secrets_used) and (
+            RequestLog.objects.count() > logged_before
+        ):
+            break
+        assert time.monotonic() < deadline, "the node did not log these requests"
+        time.sleep(0.1)
     assert node_lines, "the node logged nothing for these requests"
     for secret in secrets_used:
         assert secret not in node_lines
@@ -587,7 +601,7 @@ def test_the_policy_not_vllm_decides_what_leaves_the_host_cache(
     )
     text, headers = complete(world["a"])
     assert text.startswith(V1)
-    assert headers["x-lorahub-cache-tier"] in ("L1", "L2", "L3")
+    assert headers["x-lorahub-cache-tier"] in ("L1", "L2")  # it stayed in the engine
 
 
 def test_a_new_canary_is_landed_before_traffic_and_a_replaced_version_leaves_the_engine(
@@ -626,7 +640,8 @@ def test_a_new_canary_is_landed_before_traffic_and_a_replaced_version_leaves_the
         time.sleep(0.1)
     assert f"t{tenant_a.id}/support/v1@r1" in {row["folder"] for row in tiers["L3"]}
     text, headers = complete(world["a"])
-    assert text.startswith(V2) and headers["x-lorahub-cache-tier"] in ("L3", "L1", "L2")
+    # landed on disk as a canary, never loaded: the first request loads it from L3
+    assert text.startswith(V2) and headers["x-lorahub-cache-tier"] == "L3"
 
 
 def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):

@@ -1,12 +1,13 @@
 """Replay a trace through the node's tier model with the node's own policy objects.
 
-The model follows ``apps/serving/placement.py`` step by step, so that a replay of the node's
+The model follows the node's cache manager (``apps/serving/placement.py`` and the tiers in
+``apps/serving/cache/``) step by step, so that a replay of the node's
 request log reports the tiers the node reported (a test checks it on a real node's log):
 
 - L2 is the engine (vLLM's host LoRA cache): ``l2_slots`` versions and ``l2_bytes``; a load
   makes room first with ``select_victims`` (quotas, guaranteed shares, the policy's order).
 - L1 is the device slots: the ``l1_slots`` most recently used versions in the engine (the
-  node's ``_device_set`` with no pins). A request for one of them is an L1 hit.
+  node's ``EngineTiers.device_set`` with no pins). A request for one of them is an L1 hit.
 - L3 is local disk (``l3_bytes``, None for no cap): every version that reaches the engine
   lands there first; a landing that overflows it evicts the policy's pick among versions not
   in the engine or loading. Access counts carry down to L3 when a version leaves the engine
@@ -441,7 +442,7 @@ def replay(
                     disk.pop(victim.version_id)
                     result.evictions["L3"] += 1
 
-            # make room in the engine (placement._make_room)
+            # make room in the engine (placement._make_room, EngineTiers.victims)
             def loading(k: int, now: float = now) -> bool:
                 return ready.get(k, 0.0) > now
 
