@@ -3,18 +3,19 @@
 Routes: ``/healthz``, ``/metrics`` and the OpenAI-compatible ``/v1/*`` (see ``inference.py``).
 The engine starts in the background, so ``/healthz`` answers at once: 503 while the engine
 starts or restarts, 200 with the base model, its revision and the LoRA limits when ready.
-A watchdog restarts a dead engine; requests meanwhile get 503 with ``Retry-After``.
+A watchdog restarts a dead engine; requests meanwhile get 503 with ``Retry-After``. How the
+node follows the registry's changes is in ``changes.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -29,6 +30,7 @@ from apps.serving import blocking, fleet, quarantine
 from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.cache.policy import make_policy
+from apps.serving.changes import ChangeFollower
 from apps.serving.config import effective_config
 from apps.serving.directory import Directory
 from apps.serving.engine import Engine, EngineSettings
@@ -41,7 +43,6 @@ from apps.serving.stats import StatsRecorder, prewarm_candidates
 from lorahub.cacheconfig import CacheConfig, SlaTier
 
 logger = logging.getLogger(__name__)
-POLL_S = 0.5
 
 
 class RateLimiter:
@@ -96,6 +97,7 @@ class Node:
         self.max_queue = settings.LORAHUB_NODE_MAX_QUEUE
         self.waiting = 0
         self._tasks: list[asyncio.Task] = []
+        self.changes = ChangeFollower(self)
         self._verified: dict[tuple[int, str], bool] = {}
         self.name = settings.LORAHUB_NODE_NAME
         self.started_at = timezone.now()
@@ -223,10 +225,11 @@ class Node:
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
             asyncio.create_task(self._start_engine(), name="engine-start"),
             asyncio.create_task(self._watch_engine(), name="engine-watchdog"),
-            asyncio.create_task(self._refresh_periodically(), name="full-refresh"),
+            asyncio.create_task(self.changes.refresh_periodically(), name="full-refresh"),
             asyncio.create_task(self._expire_idle(), name="l2-ttl"),
             asyncio.create_task(
-                self._listen() if settings.LORAHUB_EVENTS_URL else self._poll(), name="changes"
+                self.changes.listen() if settings.LORAHUB_EVENTS_URL else self.changes.poll(),
+                name="changes",
             ),
         ]
 
@@ -267,7 +270,7 @@ class Node:
             self._engine_changed.set()
             return
         self._engine_changed.set()
-        self._spawn(self.prewarm())
+        self.spawn(self.prewarm())
 
     async def prewarm(self) -> list[str]:
         """Warm what will be asked for: the most-requested versions of the last hours and the
@@ -332,69 +335,8 @@ class Node:
             self.placement.forget_engine()
             await self._start_engine()
 
-    async def _refresh_periodically(self) -> None:
-        while True:
-            try:
-                await blocking.run(self.directory.full_refresh)
-            except Exception:
-                logger.exception("full refresh of aliases and keys failed; retrying")
-            await self.refresh_quarantines()
-            await asyncio.sleep(settings.LORAHUB_NODE_FULL_REFRESH_S)
-
-    async def _poll(self) -> None:
-        """Without a broadcast channel: watch the database's change marker."""
-        while True:
-            try:
-                if await blocking.run(self.directory.poll):
-                    await self.reload_config()
-                    await self.refresh_quarantines()
-            except Exception:
-                logger.exception("polling for changes failed; retrying")
-            await asyncio.sleep(POLL_S)
-
-    async def _listen(self) -> None:
-        """Drop cached entries as change broadcasts arrive (Redis pub/sub)."""
-        import redis.asyncio as aioredis
-
-        while True:
-            client = aioredis.Redis.from_url(settings.LORAHUB_EVENTS_URL)
-            try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(settings.LORAHUB_EVENTS_CHANNEL)
-                    # Anything missed while (re)connecting is caught by one full refresh.
-                    await blocking.run(self.directory.full_refresh)
-                    async for message in pubsub.listen():
-                        if message.get("type") != "message":
-                            continue
-                        try:
-                            change = json.loads(message["data"])
-                            previous = self.directory.apply_change(change)
-                        except (ValueError, TypeError):
-                            logger.warning("ignored a malformed change message")
-                            continue
-                        if change.get("kind") == "alias":
-                            self._spawn(self._follow_alias(change, previous))
-                        elif change.get("kind") == "cache_config":
-                            self._spawn(self.reload_config())
-                        elif change.get("kind") == "quarantine":
-                            self._spawn(self.refresh_quarantines())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # Until the channel is back, watch the database's change marker instead, so
-                # alias moves still arrive within about a second (not at the next refresh).
-                logger.warning("change channel lost (%s); polling until it is back", exc)
-                try:
-                    if await blocking.run(self.directory.poll):
-                        await self.reload_config()
-                        await self.refresh_quarantines()
-                except Exception:
-                    logger.warning("polling for changes failed too", exc_info=True)
-                await asyncio.sleep(POLL_S * 2)
-            finally:
-                await client.aclose()
-
-    def _spawn(self, coro) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` as one of the node's background tasks (cancelled at stop)."""
         task = asyncio.create_task(coro)
         self._tasks.append(task)
 
@@ -403,46 +345,6 @@ class Node:
                 self._tasks.remove(done)
 
         task.add_done_callback(forget)
-
-    async def _follow_alias(self, change: dict, previous) -> None:
-        """Prepare the cache for an alias move before traffic follows it.
-
-        A new canary is landed on disk (L3: the download and full verification, the slow
-        part) so its first requests do not pay for them. A version the alias no longer uses
-        (rolled back, replaced) leaves the engine's slots; its disk copy stays for a quick
-        return.
-        """
-        try:
-            current = await blocking.run(
-                self.directory.alias, int(change.get("tenant_id") or 0), str(change.get("name"))
-            )
-            if current is None:
-                return
-            in_use = {current.stable.version_id}
-            if current.canary is not None:
-                in_use.add(current.canary.version_id)
-                if current.canary.servable and await self.signature_ok(current.canary):
-                    await blocking.run(self.placement.to_disk, current.canary)
-            for version_id in in_use:  # e.g. rolled back to: no longer on its way out
-                self.placement.deprecate(version_id, False)
-            if previous is not None:
-                for old in (previous.stable, previous.canary):
-                    if old is not None and old.version_id not in in_use:
-                        self._spawn(self._demote(old.version_id))
-        except Exception:
-            logger.warning("could not prepare the cache for an alias change", exc_info=True)
-
-    async def _demote(self, version_id: int, patience_s: float = 120.0) -> None:
-        """Take a version the alias stopped using out of the engine once its last running
-        request is done (removing it under one would kill the engine core)."""
-        self.placement.deprecate(version_id)  # first to go from disk, too
-        deadline = time.monotonic() + patience_s
-        while self.placement.in_use(version_id) and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        if self.placement.holds(version_id) and not self.placement.in_use(version_id):
-            tenant_id = self.placement.residency_owner(version_id)
-            await self.placement.remove(version_id)
-            self.evicted("L2", tenant_id)
 
     # --- endpoints -------------------------------------------------------------------------
 

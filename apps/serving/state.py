@@ -1,14 +1,16 @@
 """What the request path needs of the serving node, as a protocol.
 
-``inference.py`` and ``internal.py`` work on the node's state through ``NodeState``; ``node.Node``
-provides it (mypy checks that). So the node imports the request path and never the other way
-round: no import cycle between the node's state and the code that serves requests.
+``inference.py``, ``internal.py`` and ``changes.py`` work on the node's state through
+``NodeState``; ``node.Node`` provides it (mypy checks that). So the node imports the request
+path and never the other way round: no import cycle between the node's state and the code that
+serves requests.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from apps.registry.aliases import ResolvedVersion
 from apps.serving.directory import Directory
@@ -44,3 +46,9 @@ class NodeState(Protocol):
     async def prewarm(self) -> list[str]: ...
 
     def evicted(self, tier: str, tenant_id: int | None = None) -> None: ...
+
+    async def reload_config(self) -> None: ...
+
+    async def refresh_quarantines(self) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None: ...

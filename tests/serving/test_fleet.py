@@ -108,7 +108,8 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
         yield {"nodes": nodes, "router": router}
     finally:
         router.stop()
-        left = {name: node.stop() for name, node in nodes.items()}
+        with concurrent.futures.ThreadPoolExecutor() as pool:  # each drains its engine
+            left = dict(zip(nodes, pool.map(NodeProcess.stop, nodes.values()), strict=True))
     assert not any(left.values()), f"processes outlived their node: {left}"
 
 
