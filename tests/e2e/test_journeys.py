@@ -259,6 +259,7 @@ def test_an_operator_edits_tier_capacities_and_evicts_from_a_node(
         f'table[data-tier="L2"] tr[data-version="{v1}"]'
     )
     expect(in_engine).to_have_count(1)
+    expect(in_engine.locator(".badge").first).to_have_text("in engine")  # its record's state
     keep_for_docs(screenshot(page, "nodes"))
     in_engine.get_by_role("button", name="Evict from engine").click()
     expect(page.locator("#confirm-text")).to_contain_text(
@@ -267,7 +268,9 @@ def test_an_operator_edits_tier_capacities_and_evicts_from_a_node(
     confirm(page)
     expect(page.locator(".msg-success")).to_contain_text("evicted from L2")
     expect(in_engine).to_have_count(0)
-    expect(page.locator(f'table[data-tier="L3"] tr[data-version="{v1}"]')).to_have_count(1)
+    on_disk = page.locator(f'table[data-tier="L3"] tr[data-version="{v1}"]')
+    expect(on_disk).to_have_count(1)
+    expect(on_disk.locator(".badge").first).to_have_text("on disk")
 
     page.goto("/audit/?action=node.")
     expect(page.locator("#audit tbody tr")).to_have_count(2)
