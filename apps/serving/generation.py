@@ -38,6 +38,9 @@ class Generation:
     # Called once when every engine request of this API request has finished in vLLM (or
     # failed): the request is out of the batch even before its last event reaches the client.
     on_finished: Callable[[], None] | None = None
+    # Called once when its one engine request has a single token left (max_tokens - 1
+    # made): it leaves the batch after vLLM's next step.
+    on_last_token: Callable[[], None] | None = None
     _running: set[str] = field(default_factory=set)
 
     def started(self, request_id: str) -> None:
@@ -50,6 +53,11 @@ class Generation:
         if not self._running and self.on_finished is not None:
             done, self.on_finished = self.on_finished, None
             done()
+
+    def last_token(self, request_id: str) -> None:
+        if self._running == {request_id} and self.on_last_token is not None:
+            last, self.on_last_token = self.on_last_token, None
+            last()
 
     @property
     def prompt_tokens(self) -> int:

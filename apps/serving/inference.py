@@ -60,6 +60,7 @@ class Trace:
     degraded: bool = False  # the base model answered: the adapter could not load in time
     held: int | None = None  # the LoRA id this request holds in the engine while it runs
     active: bool = False  # admitted to the engine's batch (the device-slot gate)
+    finishing: bool = False  # on its last token (the gate may hand its slot on)
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -338,8 +339,14 @@ class Inference:
     def leave_engine(self, trace: Trace) -> None:
         """The request is out of the engine's batch (once per request)."""
         if trace.active:
-            self.node.placement.leave_engine(trace.held)
+            self.node.placement.leave_engine(trace.held, finishing=trace.finishing)
             trace.active = False
+
+    def finishing(self, trace: Trace) -> None:
+        """The request has one token left: its device slot may go to the next adapter."""
+        if trace.active and not trace.finishing:
+            trace.finishing = True
+            self.node.placement.finishing_in_engine(trace.held)
 
     def let_go(self, trace: Trace) -> None:
         """The request no longer needs its adapter in the engine (once per request)."""
@@ -396,7 +403,10 @@ class Inference:
             await self.node.placement.enter_engine(handle.lora_id if handle else None)
             trace.active = handle is not None
             # the device slot is free for others as soon as vLLM is done with the request
-            generation = Generation(on_finished=lambda: self.leave_engine(trace))
+            generation = Generation(
+                on_finished=lambda: self.leave_engine(trace),
+                on_last_token=lambda: self.finishing(trace),
+            )
             result = await self._generate(request, engine_request, handle, model, generation)
             if isinstance(result, dict):
                 self._observe(trace, generation)

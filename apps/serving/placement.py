@@ -529,8 +529,12 @@ class Placement:
         record = self.versions.get(lora_id) if lora_id is not None else None
         await self.tiers.gate.enter(lora_id, pinned=record is not None and record.pinned)
 
-    def leave_engine(self, lora_id: int | None) -> None:
-        self.tiers.gate.leave(lora_id)
+    def finishing_in_engine(self, lora_id: int | None) -> None:
+        """A request for ``lora_id`` is on its last token (see ``DeviceGate.finishing``)."""
+        self.tiers.gate.finishing(lora_id)
+
+    def leave_engine(self, lora_id: int | None, *, finishing: bool = False) -> None:
+        self.tiers.gate.leave(lora_id, finishing=finishing)
 
     def deprecate(self, version_id: int, deprecated: bool = True) -> None:
         """Mark a version an alias stopped using (or, with False, uses again): the policies

@@ -83,11 +83,17 @@ class _NodeEngine:
             sampling_params.output_kind == RequestOutputKind.DELTA,
             generation,
             request_id,
+            # the count at which one token is left, for one choice with a token limit
+            (sampling_params.max_tokens or 0) - 1 if getattr(sampling_params, "n", 1) == 1 else -1,
         )
 
     @staticmethod
     async def _observed(
-        outputs: AsyncGenerator[Any, None], delta: bool, generation: Generation, request_id: str
+        outputs: AsyncGenerator[Any, None],
+        delta: bool,
+        generation: Generation,
+        request_id: str,
+        one_left: int = -1,
     ):
         counts: dict[int, int] = {}
         try:
@@ -102,6 +108,8 @@ class _NodeEngine:
                     if n and generation.first_token_s is None:
                         generation.first_token_s = time.perf_counter()
                 generation.completion_tokens_of[out.request_id] = sum(counts.values())
+                if one_left > 0 and counts.get(0) == one_left and not out.finished:
+                    generation.last_token(request_id)
                 yield out
         except EngineDeadError as exc:
             generation.died = True

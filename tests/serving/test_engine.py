@@ -87,3 +87,41 @@ def test_a_batch_mixing_base_and_adapter_requests_gives_each_its_solo_tokens(eng
     solo = [generate(engine, prompt, adapter).token_ids for prompt, adapter in jobs]
     together = engine.run(engine.engine.complete_many(jobs, GREEDY))
     assert [c.token_ids for c in together] == solo
+
+
+def test_the_node_hears_of_a_request_s_last_token_once_and_only_for_one_choice():
+    """The device-slot gate hands a slot on a step early when a request has one token left:
+    vLLM's outputs, watched by the node, say so at max_tokens - 1 (once), never for n > 1
+    or without a token limit."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from apps.serving.generation import Generation
+    from apps.serving.vllm_api import _NodeEngine
+
+    def output(tokens: int, finished: bool = False):
+        piece = SimpleNamespace(index=0, token_ids=list(range(tokens)))
+        return SimpleNamespace(
+            request_id="r", finished=finished, prompt_token_ids=None, outputs=[piece]
+        )
+
+    async def outputs(counts):
+        for n in counts:
+            yield output(n, finished=n == counts[-1])
+
+    def heard(counts, one_left: int) -> list[int]:
+        seen: list[int] = []
+        generation = Generation()
+        generation.started("r")
+        generation.on_last_token = lambda: seen.append(generation.completion_tokens)
+
+        async def drain():
+            async for _ in _NodeEngine._observed(outputs(counts), False, generation, "r", one_left):
+                pass
+
+        asyncio.run(drain())
+        return seen
+
+    assert heard([1, 2, 3, 4], one_left=3) == [3]  # cumulative counts, max_tokens 4
+    assert heard([1, 2, 4], one_left=3) == []  # tokens came together: nothing to hand on
+    assert heard([1, 2, 3, 4], one_left=-1) == []  # n > 1, or no limit

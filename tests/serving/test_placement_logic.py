@@ -480,3 +480,51 @@ def test_a_deprecated_version_loaded_again_is_still_the_first_to_leave_the_engin
 
     run(scenario())
     assert engine.removed == [1]
+
+
+def test_a_slot_about_to_free_goes_to_the_next_adapter_a_step_early_when_nothing_is_pinned():
+    """Adapter 1's only request is on its last token: adapter 2 is let in now, so its request
+    is queued inside vLLM when the slot frees; adapter 1 takes no newcomers meanwhile (its
+    slot is promised), and the distinct adapters in vLLM never exceed the slots by more than
+    the one leaving."""
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1, early=lambda: True)
+        await gate.enter(1, pinned=False)
+        second = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0)
+        assert not second.done()
+        gate.finishing(1)
+        await asyncio.wait_for(second, timeout=1)  # before adapter 1 has left
+        again = asyncio.ensure_future(gate.enter(1, pinned=False))
+        third = asyncio.ensure_future(gate.enter(3, pinned=False))
+        await asyncio.sleep(0)
+        assert not again.done() and not third.done()  # no joining a slot handed on
+        assert gate.active() == {1, 2}
+        gate.leave(1, finishing=True)
+        await asyncio.sleep(0)
+        assert gate.active() == {2} and not again.done() and not third.done()
+        gate.leave(2)
+        await asyncio.sleep(0)
+        assert len(gate.active()) == 1  # the freed slot went to one of the two
+        assert again.done() != third.done()
+
+    run(scenario())
+
+
+def test_with_a_pin_a_slot_is_handed_on_only_once_it_is_free():
+    """vLLM does not count pinned adapters among its max_loras: with a pin, letting a
+    newcomer queue inside vLLM early could put one adapter too many in its batch."""
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1, early=lambda: False)
+        await gate.enter(1, pinned=False)
+        second = asyncio.ensure_future(gate.enter(2, pinned=False))
+        gate.finishing(1)
+        await asyncio.sleep(0.01)
+        assert not second.done()
+        gate.leave(1, finishing=True)
+        await asyncio.wait_for(second, timeout=1)
+        assert gate.active() == {2}
+
+    run(scenario())

@@ -56,7 +56,10 @@ class EngineTiers:
         self.gate = self._new_gate()
 
     def _new_gate(self) -> DeviceGate:
-        return DeviceGate(lambda: self._slots()[0] - len(self.pinned) - self.pending_pins)
+        return DeviceGate(
+            lambda: self._slots()[0] - len(self.pinned) - self.pending_pins,
+            early=lambda: not self.pinned and not self.pending_pins,
+        )
 
     # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------
 

@@ -18,7 +18,10 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
   waiting longest), so one slot change serves as many requests as it can, instead of in
   arrival order, where every few requests would swap an adapter into the slot;
 - no adapter waits for ever: once one has waited ``STARVATION_S``, it is next, and requests
-  for adapters already in the batch stop joining until a slot frees for it.
+  for adapters already in the batch stop joining until a slot frees for it;
+- with nothing pinned, a slot about to free is handed on a step early (``finishing``): the
+  next adapter's request then waits inside vLLM for the step the slot frees, instead of
+  reaching vLLM a step after it.
 """
 
 from __future__ import annotations
@@ -35,9 +38,13 @@ class DeviceGate:
     a pin is set up): the requests let in are woken with their slot already counted, so a
     freed slot is never idle while a task switch decides who gets it."""
 
-    def __init__(self, slots: Callable[[], int]) -> None:
+    def __init__(self, slots: Callable[[], int], early: Callable[[], bool] = lambda: False) -> None:
         self._slots = slots  # max_loras - len(pinned) - pins being set up, read live
+        # whether a slot about to free may be handed on a step early (nothing pinned: then
+        # vLLM's own scheduler counts every adapter it runs, see ``finishing``)
+        self._early = early
         self._active: dict[int, int] = {}  # unpinned LoRA id -> requests in the engine
+        self._finishing: dict[int, int] = {}  # of those, requests on their last token
         # LoRA id -> its waiting requests, oldest first: (arrival time, woken with True)
         self._waiting: dict[int, list[tuple[float, asyncio.Future[bool]]]] = {}
         self._pin_waiters: list[tuple[int, asyncio.Future[bool]]] = []
@@ -63,6 +70,17 @@ class DeviceGate:
             return min(starving)[1]
         return max(outside, key=lambda item: (len(item[1]), -item[1][0][0]))[0]
 
+    def _leaving(self) -> set[int]:
+        """Adapters whose every request in the engine is on its last token, when their slots
+        may be handed on early (see ``finishing``)."""
+        if not self._finishing or not self._early():
+            return set()
+        return {lid for lid, n in self._finishing.items() if n >= self._active.get(lid, 0)}
+
+    def _taken(self) -> int:
+        """Slots taken: adapters with requests in the engine, less those leaving."""
+        return len(self._active) - len(self._leaving())
+
     def _starving(self, now: float) -> bool:
         """An adapter outside the batch has waited too long while every slot is taken: the
         adapters in the batch take no newcomers until one of them leaves."""
@@ -70,7 +88,7 @@ class DeviceGate:
         return (
             choice is not None
             and now - self._waiting[choice][0][0] >= STARVATION_S
-            and len(self._active) >= self._slots()
+            and self._taken() >= self._slots()
         )
 
     def _admit(self, lora_id: int) -> None:
@@ -83,9 +101,11 @@ class DeviceGate:
         """Let in whoever may enter now; arm a timer for the moment someone starts starving."""
         now = time.monotonic()
         if not self._starving(now):  # waiters of adapters in the batch join it
+            leaving = self._leaving()  # (not one whose slot is being handed on)
             for lora_id in [lid for lid in self._waiting if lid in self._active]:
-                self._admit(lora_id)
-        while len(self._active) < self._slots():
+                if lora_id not in leaving:
+                    self._admit(lora_id)
+        while self._taken() < self._slots():
             choice = self._next(now)
             if choice is None:
                 break
@@ -124,10 +144,30 @@ class DeviceGate:
                 self.leave(lora_id)
             raise
 
-    def leave(self, lora_id: int | None) -> None:
+    def finishing(self, lora_id: int | None) -> None:
+        """A request of ``lora_id`` has one token left (it reached ``max_tokens - 1``): it
+        leaves the batch after vLLM's next step. If that frees the adapter's slot, the next
+        adapter is let in now, so that its request is already queued inside vLLM when the
+        slot frees, instead of reaching vLLM a step later. Only with nothing pinned: vLLM's
+        scheduler then counts every adapter it runs and starts the newcomer only once the
+        slot is free (pinned adapters it does not count, which is why this gate exists).
+        The caller says so once per request, and passes ``finishing=True`` to ``leave``."""
+        if lora_id is None or lora_id not in self._active:
+            return
+        self._finishing[lora_id] = self._finishing.get(lora_id, 0) + 1
+        if self._finishing[lora_id] >= self._active[lora_id] and self._early():
+            self._dispatch()
+
+    def leave(self, lora_id: int | None, *, finishing: bool = False) -> None:
         """The request is out of the engine (synchronous: safe in any ``finally``)."""
         if lora_id is None or lora_id not in self._active:
             return
+        if finishing and lora_id in self._finishing:
+            left = self._finishing[lora_id] - 1
+            if left:
+                self._finishing[lora_id] = left
+            else:
+                del self._finishing[lora_id]
         count = self._active[lora_id] - 1
         if count:
             self._active[lora_id] = count
