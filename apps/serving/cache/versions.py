@@ -88,11 +88,6 @@ class CachedVersion:
         requests that have not resumed yet."""
         return self.pinned or self.held > 0 or self.awaiting > 0
 
-    @property
-    def tenant_id(self) -> int | None:
-        known = self.engine or self.disk
-        return known.tenant_id if known is not None else None
-
 
 class Versions:
     """Every record, by version id. Safe to use from the event loop and from the threads that
