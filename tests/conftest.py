@@ -445,15 +445,20 @@ class NodeProcess:
         return self
 
     def wait_ready(self, timeout: float = 240) -> NodeProcess:
+        """Polls /healthz until it answers 200, keeping every answer in ``self.startup``
+        (what a load balancer saw while the node started)."""
         import httpx
 
         assert self.proc is not None
         wait_for_port(self.port, self.proc, timeout=60)
         deadline = time.monotonic() + timeout
-        while httpx.get(f"{self.url}/healthz", timeout=5).status_code != 200:
+        self.startup: list[httpx.Response] = []
+        while (response := httpx.get(f"{self.url}/healthz", timeout=5)).status_code != 200:
+            self.startup.append(response)
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"node {self.name} did not become ready; see {self.log_path}")
             time.sleep(0.5)
+        self.startup.append(response)
         return self
 
     def kill(self) -> None:
@@ -483,7 +488,7 @@ class NodeProcess:
 
 
 @pytest.fixture(scope="session")
-def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
+def session_node(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[NodeProcess]:
     """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
 
     Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 16 waiting) so
@@ -492,9 +497,15 @@ def node_url(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[str]:
     node = NodeProcess(node_work, s3_server).start()
     try:
         node.wait_ready()
-        yield node.url
+        yield node
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="session")
+def node_url(session_node: NodeProcess) -> str:
+    """The session node's address."""
+    return session_node.url
 
 
 @pytest.fixture(autouse=True)
