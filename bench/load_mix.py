@@ -15,6 +15,12 @@ The same request sequence goes to both. Printed per point: req/s, completion tok
 p50/p95/p99 (client side: request sent to the first streamed token), and node/stock ratios;
 then the median ratio over the repetitions.
 
+Also printed: the CPU time each server's processes spent per request (psutil, user + system),
+split into the front process (the node's uvicorn process, or stock vLLM's API server) and
+the engine's processes (EngineCore and its worker). On a 2-core machine every point saturates
+the CPU, so req/s and TTFT move with how the cores happen to be shared; the front process's
+CPU per request is what the node adds over stock, and it barely depends on that sharing.
+
 Usage: .venv/bin/python bench/load_mix.py [--reps 3] [--requests 192] [--only a|b]
 """
 
@@ -50,6 +56,8 @@ class Point:
     tps: float
     ttft: list[float]
     errors: int
+    front_cpu_ms: float = float("nan")  # CPU ms per request: the HTTP front process
+    engine_cpu_ms: float = float("nan")  # CPU ms per request: EngineCore and its worker
 
     def p(self, q: float) -> float:
         return pct(self.ttft, q) if self.ttft else float("nan")
@@ -141,6 +149,33 @@ async def drive(url: str, key: str, jobs: list[tuple[str, str]], concurrency: in
     return Point(rps=len(ttfts) / wall, tps=tokens / wall, ttft=ttfts, errors=errors)
 
 
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(front, engine): CPU seconds used so far by process ``pid`` and by its descendants."""
+    import psutil
+
+    front = psutil.Process(pid)
+    times = front.cpu_times()
+    engine = 0.0
+    for child in front.children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        engine += t.user + t.system
+    return times.user + times.system, engine
+
+
+def measured(url: str, key: str, jobs: list[tuple[str, str]], concurrency: int, pid: int) -> Point:
+    """``drive`` with the server's CPU time per request."""
+    front, engine = cpu_seconds(pid)
+    point = asyncio.run(drive(url, key, jobs, concurrency))
+    front_after, engine_after = cpu_seconds(pid)
+    done = max(len(point.ttft), 1)
+    point.front_cpu_ms = (front_after - front) * 1000 / done
+    point.engine_cpu_ms = (engine_after - engine) * 1000 / done
+    return point
+
+
 def workloads(base: str, mix: list[str], n: int) -> dict[str, list[tuple[str, str]]]:
     from apps.serving import demo_corpus as corpus
 
@@ -192,7 +227,8 @@ def main() -> None:
         try:
             wait_ready(node_url, "/healthz", node, "the node")
             wait_ready(stock_url, "/health", stock, "stock vLLM")
-            results = run(args, engine, key, node_url, stock_url, sorted(mix))
+            pids = {"node": node.pid, "stock": stock.pid}
+            results = run(args, engine, key, node_url, stock_url, sorted(mix), pids)
         finally:
             for proc in (node, stock):
                 proc.terminate()
@@ -201,7 +237,7 @@ def main() -> None:
     report(results, args, engine)
 
 
-def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str]):
+def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str], pids):
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     servers = {"node": (node_url, key), "stock": (stock_url, "none")}
     loads = workloads(engine.served_model_name, mix, args.requests)
@@ -219,11 +255,12 @@ def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str]):
                 subset = jobs[: max(c, len(jobs) // 3)] if c == 1 else jobs
                 for name in order:
                     url, secret = servers[name]
-                    point = asyncio.run(drive(url, secret, subset, c))
+                    point = measured(url, secret, subset, c, pids[name])
                     results.setdefault((load, c, name), []).append(point)
                     print(
                         f"rep {rep + 1} {load:<20} C={c:<3} {name:<6} {point.rps:6.1f} req/s "
-                        f"TTFT p50 {point.p(0.5):7.1f} p95 {point.p(0.95):7.1f} ms"
+                        f"TTFT p50 {point.p(0.5):7.1f} p95 {point.p(0.95):7.1f} ms  CPU/req "
+                        f"front {point.front_cpu_ms:5.2f} engine {point.engine_cpu_ms:5.1f} ms"
                         + (f"  {point.errors} errors" if point.errors else ""),
                         flush=True,
                     )
@@ -238,31 +275,37 @@ def report(results, args, engine) -> None:
     )
     head = (
         f"{'load':<20}{'C':>4}{'server':>7}{'req/s':>8}{'tok/s':>8}"
-        f"{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'err':>5}"
+        f"{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'err':>5}{'front cpu':>11}{'engine cpu':>11}"
     )
     print(head)
     for (load, c, name), points in results.items():
         rps = statistics.median(p.rps for p in points)
         tps = statistics.median(p.tps for p in points)
         p50, p95, p99 = (statistics.median(p.p(q) for p in points) for q in (0.5, 0.95, 0.99))
+        front = statistics.median(p.front_cpu_ms for p in points)
+        engine_cpu = statistics.median(p.engine_cpu_ms for p in points)
         print(
             f"{load:<20}{c:>4}{name:>7}{rps:>8.1f}{tps:>8.0f}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}"
-            f"{sum(p.errors for p in points):>5}"
+            f"{sum(p.errors for p in points):>5}{front:>9.2f}ms{engine_cpu:>9.1f}ms"
         )
     print(
         "\nnode / stock, per repetition and median (throughput: higher is better; "
         "TTFT: lower is better)\n"
     )
-    print(f"{'load':<20}{'C':>4}  {'req/s ratio':<26}{'TTFT p95 ratio':<26}")
+    print(
+        f"{'load':<20}{'C':>4}  {'req/s ratio':<26}{'TTFT p95 ratio':<26}"
+        f"{'front CPU/req ratio':<26}"
+    )
     loads = sorted({(load, c) for load, c, _ in results})
     for load, c in loads:
         node, stock = results[(load, c, "node")], results[(load, c, "stock")]
         rps = [n.rps / s.rps for n, s in zip(node, stock, strict=True)]
         p95 = [n.p(0.95) / s.p(0.95) for n, s in zip(node, stock, strict=True)]
+        front = [n.front_cpu_ms / s.front_cpu_ms for n, s in zip(node, stock, strict=True)]
         cell = lambda xs: (  # noqa: E731
             " ".join(f"{x:.2f}" for x in xs) + f" | {statistics.median(xs):.2f}"
         )
-        print(f"{load:<20}{c:>4}  {cell(rps):<26}{cell(p95):<26}")
+        print(f"{load:<20}{c:>4}  {cell(rps):<26}{cell(p95):<26}{cell(front):<26}")
 
 
 if __name__ == "__main__":
