@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -133,3 +134,22 @@ def test_the_embedded_default_takes_alias_changes_under_traffic_without_a_500(de
         log.close()
     output = Path(tmp_path / "up.log").read_text(errors="replace")
     assert "database is locked" not in output
+    # Every answer was recorded once, in the request log and in each rollup level (the node
+    # writes its last statistics as it stops); the traffic spans more than one flush, so the
+    # rows were added to, not only created.
+    with sqlite3.connect(tmp_path / "var" / "lorahub.sqlite3") as db:
+        logged = db.execute("SELECT COUNT(*) FROM serving_requestlog").fetchone()[0]
+        per_minute = db.execute("SELECT SUM(requests) FROM serving_requestminute").fetchone()[0]
+        per_step = dict(
+            db.execute("SELECT step_s, SUM(requests) FROM serving_requestrollup GROUP BY step_s")
+        )
+        peak = db.execute("SELECT MAX(ttft_ms_max) FROM serving_requestminute").fetchone()[0]
+        slowest = db.execute("SELECT MAX(ttft_ms) FROM serving_requestlog").fetchone()[0]
+    answered = sum(traffic.values())
+    assert logged == per_minute == per_step[300] == per_step[3600] == answered, (
+        logged,
+        per_minute,
+        per_step,
+        traffic,
+    )
+    assert peak == pytest.approx(slowest)

@@ -8,7 +8,7 @@ import pytest
 
 from apps.serving import dashboards
 from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
-from apps.serving.models import RequestMinute
+from apps.serving.models import RequestMinute, RequestRollup
 from apps.serving.stats import RequestRecord, write_records
 
 
@@ -69,6 +69,22 @@ def test_rollups_count_ttft_and_loads_per_bucket(tenant_a):
     assert getattr(row, f"load_l3_b{bucket_of(40):02d}") == 1
     assert getattr(row, f"load_l4_b{bucket_of(600):02d}") == 1
     assert sum(getattr(row, f"load_l3_b{i:02d}") for i in range(N_BUCKETS)) == 1
+
+
+def test_later_batches_add_to_every_rollup_row_and_keep_the_slowest_ttft(tenant_a):
+    at = datetime(2026, 7, 4, 12, 0, 30, tzinfo=UTC)
+    write_records("n1", [_record(tenant_a.id, at, ttft_ms=50), _record(None, at, status=401)])
+    write_records("n1", [_record(tenant_a.id, at, ttft_ms=20), _record(None, at, status=401)])
+    write_records("n2", [_record(tenant_a.id, at, ttft_ms=30)])
+    row = RequestMinute.objects.get(tenant=tenant_a)
+    assert (row.requests, row.ttft_count, row.ttft_ms_sum, row.ttft_ms_max) == (3, 3, 100, 50)
+    anonymous = RequestMinute.objects.get(tenant=None)  # no key: one row all the same
+    assert (anonymous.requests, anonymous.errors) == (2, 2)
+    for step in (300, 3600):
+        rollup = RequestRollup.objects.get(tenant=tenant_a, step_s=step)
+        assert (rollup.requests, rollup.ttft_ms_max) == (3, 50)
+    write_records("n1", [_record(tenant_a.id, at, ttft_ms=90)])
+    assert RequestMinute.objects.get(tenant=tenant_a).ttft_ms_max == 90
 
 
 def test_a_week_is_downsampled_to_five_minute_steps_and_sums_add_up(tenant_a, tenant_b):
