@@ -19,7 +19,9 @@ Also printed: the CPU time each server's processes spent per request (psutil, us
 split into the front process (the node's uvicorn process, or stock vLLM's API server) and
 the engine's processes (EngineCore and its worker). On a 2-core machine every point saturates
 the CPU, so req/s and TTFT move with how the cores happen to be shared; the front process's
-CPU per request is what the node adds over stock, and it barely depends on that sharing.
+CPU per request is what the node adds over stock. It moves less with that sharing, though
+single repetitions still differ by up to a third (it also counts each process's idle work,
+which weighs most at C=1).
 
 Usage: .venv/bin/python bench/load_mix.py [--reps 3] [--requests 192] [--only a|b]
 """
