@@ -154,10 +154,14 @@ else:
     # statistics and heartbeat): WAL lets readers run beside the one writer, a writer waits
     # for the lock (busy timeout) instead of failing with "database is locked", and IMMEDIATE
     # transactions take the write lock when they begin, so none fails half-way on upgrading.
+    # Connections persist (60 s) as on PostgreSQL: opening one (Django registers its functions,
+    # runs the PRAGMAs) was most of an idle node's CPU, whose change poll runs twice a second.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "lorahub.sqlite3",
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": {
                 "timeout": 30,
                 "transaction_mode": "IMMEDIATE",
