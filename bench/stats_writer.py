@@ -6,9 +6,9 @@ additive upsert per (minute, tenant, alias, version) row, for the minute rows an
 and hourly rollups. It runs in the serving process, so its CPU (and the GIL it holds) is taken
 from the event loop that streams tokens. This prints, for K distinct (alias, version) keys
 written per flush, the median wall time of one flush (``write_records``), the time per
-rollup row, and the share of one core it takes at the 2 s flush interval; beside it, the bulk
-insert of the same request rows alone, measured in the same run (the part every flush pays
-whatever the rollups cost).
+rollup row, and the share of one core it takes at the 2 s flush interval; beside it, a bulk
+insert of as many request-log rows (time and status only), measured in the same run: about
+what every flush pays for the log whatever the rollups cost.
 
 Runs on the database the settings name (embedded SQLite by default; ``DATABASE_URL`` for
 PostgreSQL) in a throwaway schema: a temporary SQLite file, or a ``lorahub_bench_stats``
