@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -360,20 +361,38 @@ class EngineRunner:
 
 
 @pytest.fixture(scope="session")
-def engine(demo_dir) -> Iterator[EngineRunner]:
-    """The real vLLM engine on the demo model, started once per test session.
-
-    Small LoRA capacities (2 device slots, 4 host slots) so that tests reach the interesting
-    states (full slots, eviction) with the three demo adapters and a few extras.
-    """
+def engine_starting(demo_dir) -> Iterator[Future]:
+    """The in-process engine's start, begun in a background thread (``engine`` waits for it;
+    ``_start_engines_early`` begins it at the session's first test)."""
     from apps.serving.engine import Engine, EngineSettings
 
     engine_settings = dataclasses.replace(
         EngineSettings.from_django_settings(), max_loras=2, max_cpu_loras=4
     )
     engine = Engine(engine_settings)
-    engine.start()
-    runner = EngineRunner(engine)
+
+    def start() -> Any:
+        engine.start()
+        return engine
+
+    with ThreadPoolExecutor(1, thread_name_prefix="engine-start") as pool:
+        future = pool.submit(start)
+        try:
+            yield future
+        finally:
+            with contextlib.suppress(Exception):
+                future.result(timeout=300)
+            engine.shutdown()  # a no-op after ``engine`` closed it
+
+
+@pytest.fixture(scope="session")
+def engine(engine_starting: Future) -> Iterator[EngineRunner]:
+    """The real vLLM engine on the demo model, started once per test session.
+
+    Small LoRA capacities (2 device slots, 4 host slots) so that tests reach the interesting
+    states (full slots, eviction) with the three demo adapters and a few extras.
+    """
+    runner = EngineRunner(engine_starting.result(timeout=300))
     try:
         yield runner
     finally:
@@ -434,6 +453,10 @@ class NodeProcess:
         return self.work / "node.log"
 
     def start(self) -> NodeProcess:
+        """Spawns the node and returns at once; a thread watches /healthz from now until it
+        answers 200 (``wait_ready`` waits for that), so the node may start while tests run."""
+        import httpx
+
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "manage.py", "runnode", "--port", str(self.port)],
@@ -442,23 +465,35 @@ class NodeProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        self.startup: list[httpx.Response] = []
+        self._watcher = threading.Thread(
+            target=self._watch_startup, args=(self.proc,), name=f"{self.name}-startup", daemon=True
+        )
+        self._watcher.start()
         return self
 
-    def wait_ready(self, timeout: float = 240) -> NodeProcess:
-        """Polls /healthz until it answers 200, keeping every answer in ``self.startup``
-        (what a load balancer saw while the node started)."""
+    def _watch_startup(self, proc: subprocess.Popen) -> None:
+        """Keeps every /healthz answer in ``self.startup`` (what a load balancer saw while the
+        node started) until one is a 200 or the process exits."""
         import httpx
 
-        assert self.proc is not None
-        wait_for_port(self.port, self.proc, timeout=60)
-        deadline = time.monotonic() + timeout
-        self.startup: list[httpx.Response] = []
-        while (response := httpx.get(f"{self.url}/healthz", timeout=5)).status_code != 200:
+        while proc.poll() is None:
+            try:
+                response = httpx.get(f"{self.url}/healthz", timeout=5)
+            except httpx.TransportError:  # not listening yet
+                time.sleep(0.1)
+                continue
             self.startup.append(response)
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"node {self.name} did not become ready; see {self.log_path}")
+            if response.status_code == 200:
+                return
             time.sleep(0.5)
-        self.startup.append(response)
+
+    def wait_ready(self, timeout: float = 240) -> NodeProcess:
+        """Waits until the node answers 200 on /healthz; fails naming its log otherwise."""
+        assert self.proc is not None
+        self._watcher.join(timeout)
+        if not self.startup or self.startup[-1].status_code != 200:
+            pytest.fail(f"node {self.name} did not become ready; see {self.log_path}")
         return self
 
     def kill(self) -> None:
@@ -488,18 +523,37 @@ class NodeProcess:
 
 
 @pytest.fixture(scope="session")
-def session_node(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[NodeProcess]:
+def session_node_starting(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[NodeProcess]:
+    """The session node's process, spawned and not yet waited for (``session_node`` waits)."""
+    node = NodeProcess(node_work, s3_server).start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def session_node(session_node_starting: NodeProcess) -> NodeProcess:
     """A real serving node process (uvicorn + vLLM) on the test database, Redis and S3.
 
     Small capacities (2 device slots, 4 host slots, 4 concurrent generations, 16 waiting) so
     that tests reach full slots and overload with a handful of requests.
     """
-    node = NodeProcess(node_work, s3_server).start()
-    try:
-        node.wait_ready()
-        yield node
-    finally:
-        node.stop()
+    return session_node_starting.wait_ready()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_engines_early(request: pytest.FixtureRequest) -> None:
+    """Begins the session's two long-lived engines (the session node's and the in-process
+    one) at its first test, where a selected test uses them, instead of at the first test
+    that needs each: a start takes 20-40 s, mostly one core's work (spawned processes
+    importing torch and vLLM), which then overlaps the tests before it instead of adding
+    to the run."""
+    needed = set().union(*(item.fixturenames for item in request.session.items))
+    if "session_node" in needed:
+        request.getfixturevalue("session_node_starting")
+    if "engine" in needed:
+        request.getfixturevalue("engine_starting")
 
 
 @pytest.fixture(scope="session")
