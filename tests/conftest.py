@@ -38,12 +38,32 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _flush_retrying_deadlocks() -> None:
-    """Transactional tests end with a TRUNCATE of every table, while a live serving node may
-    be writing its statistics; PostgreSQL then sometimes picks the TRUNCATE as the victim of
-    a deadlock. Nothing is half-done (it rolled back), so the flush is simply tried again."""
+def _flush_quickly_and_retry_deadlocks() -> None:
+    """How transactional tests empty the tables after themselves.
+
+    - DELETE, not TRUNCATE, on PostgreSQL: Django truncates every table, which costs
+      150-300 ms here however few rows there are (a new file per table), against ~5 ms to
+      delete the rows a test leaves; Django's MySQL backend deletes instead of truncating
+      for the same reason. Django makes PostgreSQL's foreign keys DEFERRABLE INITIALLY
+      DEFERRED and flushes in one transaction, so the order of the DELETEs does not matter.
+      A flush that resets sequences still truncates.
+    - Retried on a deadlock: a live serving node may be writing its statistics while the
+      flush runs, and PostgreSQL then sometimes picks the flush as the victim. Nothing is
+      half-done (it rolled back), so it is simply tried again.
+    """
     from django.db import OperationalError
     from django.db.backends.base.operations import BaseDatabaseOperations
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        delete_from = f"{style.SQL_KEYWORD('DELETE')} {style.SQL_KEYWORD('FROM')}"
+        return [f"{delete_from} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
 
     flush = BaseDatabaseOperations.execute_sql_flush
 
@@ -56,10 +76,11 @@ def _flush_retrying_deadlocks() -> None:
                     raise
                 time.sleep(0.2 * (attempt + 1))
 
+    DatabaseOperations.sql_flush = sql_flush
     BaseDatabaseOperations.execute_sql_flush = execute_sql_flush
 
 
-_flush_retrying_deadlocks()
+_flush_quickly_and_retry_deadlocks()
 
 
 def free_port() -> int:
