@@ -114,14 +114,26 @@ def stop(proc: subprocess.Popen) -> None:
 # --- personas --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def tenant_a(db):
+def make_tenant_a():
+    """Tenant A (premium), administered by alice."""
     tenant = tenant_services.create_tenant(
         slug="tenant-a", name="Tenant A", priority=Priority.PREMIUM
     )
     user = tenant_services.ensure_user(username="alice", password="alice-pass-123")
     tenant_services.add_member(tenant=tenant, user=user, role=TenantRole.ADMIN)
     return tenant
+
+
+def make_reviewer():
+    """rita, a platform reviewer."""
+    user = tenant_services.ensure_user(username="rita", password="rita-pass-123")
+    tenant_services.grant_platform_role(user=user, role=PlatformRole.REVIEWER)
+    return user
+
+
+@pytest.fixture
+def tenant_a(db):
+    return make_tenant_a()
 
 
 @pytest.fixture
@@ -134,9 +146,7 @@ def tenant_b(db):
 
 @pytest.fixture
 def reviewer(db):
-    user = tenant_services.ensure_user(username="rita", password="rita-pass-123")
-    tenant_services.grant_platform_role(user=user, role=PlatformRole.REVIEWER)
-    return user
+    return make_reviewer()
 
 
 @pytest.fixture
@@ -174,6 +184,26 @@ def s3_server() -> Iterator[str]:
         shutil.rmtree(recording.parent, ignore_errors=True)
 
 
+def s3_overrides(s3_server: str) -> dict[str, str]:
+    """The settings that point the object store at the session's S3 server."""
+    return {
+        "LORAHUB_S3_ENDPOINT": s3_server,
+        "LORAHUB_S3_BUCKET": S3_ENV["LORAHUB_S3_BUCKET"],
+        "LORAHUB_S3_ACCESS_KEY": S3_ENV["LORAHUB_S3_ACCESS_KEY"],
+        "LORAHUB_S3_SECRET_KEY": S3_ENV["LORAHUB_S3_SECRET_KEY"],
+    }
+
+
+def empty_the_bucket() -> None:
+    """Forget the cached store (settings may have changed) and empty the test bucket."""
+    from apps.registry import storage
+
+    storage.get_store.cache_clear()
+    store = storage.get_store()
+    for top in {info.key.split("/")[0] for info in store.list("")}:
+        store.delete_prefix(top)
+
+
 @pytest.fixture
 def s3_settings(s3_server, settings):
     """Point the object store at the S3 server, with the test bucket emptied first.
@@ -183,14 +213,9 @@ def s3_settings(s3_server, settings):
     """
     from apps.registry import storage
 
-    settings.LORAHUB_S3_ENDPOINT = s3_server
-    settings.LORAHUB_S3_BUCKET = S3_ENV["LORAHUB_S3_BUCKET"]
-    settings.LORAHUB_S3_ACCESS_KEY = S3_ENV["LORAHUB_S3_ACCESS_KEY"]
-    settings.LORAHUB_S3_SECRET_KEY = S3_ENV["LORAHUB_S3_SECRET_KEY"]
-    storage.get_store.cache_clear()
-    store = storage.get_store()
-    for top in {info.key.split("/")[0] for info in store.list("")}:
-        store.delete_prefix(top)
+    for name, value in s3_overrides(s3_server).items():
+        setattr(settings, name, value)
+    empty_the_bucket()
     yield settings
     storage.get_store.cache_clear()
 
@@ -208,8 +233,7 @@ def signing_key(settings, tmp_path):
 # --- registry ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def base_model(db, demo_dir):
+def register_demo_base_model(demo_dir: Path):
     config = json.loads((demo_dir / "base-model" / "config.json").read_text())
     return services.register_base_model(
         name=corpus.BASE_MODEL_NAME,
@@ -217,6 +241,11 @@ def base_model(db, demo_dir):
         model_config=config,
         max_lora_rank=16,
     )
+
+
+@pytest.fixture
+def base_model(db, demo_dir):
+    return register_demo_base_model(demo_dir)
 
 
 @pytest.fixture
@@ -269,14 +298,19 @@ def wait_for_other_transactions(timeout_s: float = 30) -> None:
             time.sleep(0.02)
 
 
+def publish_support_versions(tenant, reviewer_user, demo_dir: Path) -> dict[str, int]:
+    """Three approved versions of the tenant's 'support' adapter: v1, v2 (rank 16), v3."""
+    folder = demo_dir / "adapters"
+    return {
+        name: publish(tenant, "support", name, folder / src, reviewer_user)
+        for name, src in (("v1", "support-v1"), ("v2", "support-v2"), ("v3", "support-v1"))
+    }
+
+
 @pytest.fixture
 def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir, transactional_db):
     """Three approved versions of tenant A's 'support' adapter: v1, v2, v3."""
-    folder = demo_dir / "adapters"
-    return {
-        name: publish(tenant_a, "support", name, folder / src, reviewer)
-        for name, src in (("v1", "support-v1"), ("v2", "support-v2"), ("v3", "support-v1"))
-    }
+    return publish_support_versions(tenant_a, reviewer, demo_dir)
 
 
 # --- Celery worker ---------------------------------------------------------------------------
