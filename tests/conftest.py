@@ -400,11 +400,25 @@ class EngineRunner:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
+        self._closing: threading.Thread | None = None
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 300) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def begin_close(self) -> None:
+        """Starts closing the engine in a thread and returns (``close`` waits for it): vLLM
+        takes ~5 s to stop its processes, which the session's end spends stopping the
+        serving node too instead of one after the other."""
+        if self._closing is None:
+            self._closing = threading.Thread(target=self._close, name="engine-close")
+            self._closing.start()
+
     def close(self) -> None:
+        self.begin_close()
+        assert self._closing is not None
+        self._closing.join(timeout=90)
+
+    def _close(self) -> None:
         # Shut down on the loop's own thread so vLLM's output handler is cancelled, not
         # woken by the engine core's exit.
         async def shutdown() -> None:
@@ -416,9 +430,10 @@ class EngineRunner:
 
 
 @pytest.fixture(scope="session")
-def engine_starting(demo_dir) -> Iterator[Future]:
+def engine_starting(demo_dir) -> Iterator[Future[EngineRunner]]:
     """The in-process engine's start, begun in a background thread (``engine`` waits for it;
-    ``_start_engines_early`` begins it at the session's first test)."""
+    ``_start_engines_early`` begins it at the session's first test). Closing it ends here,
+    after the serving node has stopped (see ``_start_engines_early``); ``engine`` begins it."""
     from apps.serving.engine import Engine, EngineSettings
 
     engine_settings = dataclasses.replace(
@@ -426,9 +441,9 @@ def engine_starting(demo_dir) -> Iterator[Future]:
     )
     engine = Engine(engine_settings)
 
-    def start() -> Any:
+    def start() -> EngineRunner:
         engine.start()
-        return engine
+        return EngineRunner(engine)
 
     with ThreadPoolExecutor(1, thread_name_prefix="engine-start") as pool:
         future = pool.submit(start)
@@ -436,22 +451,20 @@ def engine_starting(demo_dir) -> Iterator[Future]:
             yield future
         finally:
             with contextlib.suppress(Exception):
-                future.result(timeout=300)
-            engine.shutdown()  # a no-op after ``engine`` closed it
+                future.result(timeout=300).close()
+            engine.shutdown()  # a no-op once the runner closed it
 
 
 @pytest.fixture(scope="session")
-def engine(engine_starting: Future) -> Iterator[EngineRunner]:
+def engine(engine_starting: Future[EngineRunner]) -> Iterator[EngineRunner]:
     """The real vLLM engine on the demo model, started once per test session.
 
     Small LoRA capacities (2 device slots, 4 host slots) so that tests reach the interesting
     states (full slots, eviction) with the three demo adapters and a few extras.
     """
-    runner = EngineRunner(engine_starting.result(timeout=300))
-    try:
-        yield runner
-    finally:
-        runner.close()
+    runner = engine_starting.result(timeout=300)
+    yield runner
+    runner.begin_close()
 
 
 # --- the serving node ------------------------------------------------------------------------
@@ -603,12 +616,16 @@ def _start_engines_early(request: pytest.FixtureRequest) -> None:
     one) at its first test, where a selected test uses them, instead of at the first test
     that needs each: a start takes 20-40 s, mostly one core's work (spawned processes
     importing torch and vLLM), which then overlaps the tests before it instead of adding
-    to the run."""
+    to the run.
+
+    The in-process engine first: fixtures end in the reverse order, so at the session's end
+    the serving node stops (~7 s) between ``engine`` beginning the in-process engine's close
+    (~5 s) and ``engine_starting`` waiting for it, and the two overlap."""
     needed = set().union(*(item.fixturenames for item in request.session.items))
-    if "session_node" in needed:
-        request.getfixturevalue("session_node_starting")
     if "engine" in needed:
         request.getfixturevalue("engine_starting")
+    if "session_node" in needed:
+        request.getfixturevalue("session_node_starting")
 
 
 @pytest.fixture(scope="session")
