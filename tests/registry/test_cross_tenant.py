@@ -39,20 +39,20 @@ def a_world(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fa
         "LORAHUB_SIGNING_KEY_FILE": key_file,
     }
     with override_settings(**overrides):
-        with django_db_blocker.unblock():
-            keys.write_new_private_key(key_file)
-            empty_the_bucket()
-            tenant_a = make_tenant_a()
-            register_demo_base_model(demo_dir)
-            published = publish_support_versions(tenant_a, make_reviewer(), demo_dir)
-            alice = principal_for_user(get_user_model().objects.get(username="alice"))
-            aliases.set_alias(
-                principal=alice, tenant=tenant_a, name="support", version_id=published["v1"]
-            )
-            a_key = ApiKey.objects.filter(tenant=tenant_a).first()
         try:
+            with django_db_blocker.unblock():
+                keys.write_new_private_key(key_file)
+                empty_the_bucket()
+                tenant_a = make_tenant_a()
+                register_demo_base_model(demo_dir)
+                published = publish_support_versions(tenant_a, make_reviewer(), demo_dir)
+                alice = principal_for_user(get_user_model().objects.get(username="alice"))
+                aliases.set_alias(
+                    principal=alice, tenant=tenant_a, name="support", version_id=published["v1"]
+                )
+                a_key = ApiKey.objects.filter(tenant=tenant_a).first()
             yield {"tenant": tenant_a, "version": published["v2"], "key_prefix": a_key.prefix}
-        finally:
+        finally:  # also when building it failed half-way: no committed row outlives the module
             with django_db_blocker.unblock():
                 call_command("flush", interactive=False, verbosity=0)
             storage.get_store.cache_clear()
