@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,10 +21,10 @@ from apps.serving.cache.policy import (
     rank,
     select_victims,
 )
-from apps.serving.replay import simulate
-from apps.serving.replay.offline import Oracle, belady_hits
+from apps.serving.replay import simulate, traces
+from apps.serving.replay.offline import Oracle, belady_hits, known_popularity_hits
 from apps.serving.replay.simulate import Capacity, Costs, replay
-from apps.serving.replay.traces import Adapter, Trace
+from apps.serving.replay.traces import Adapter, Epoch, Trace
 
 MB = 1024 * 1024
 FREE = Costs(base_ttft_ms=50, l2_ms=0, l3_ms=0, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)
@@ -185,6 +186,70 @@ def test_no_policy_beats_belady_on_equal_sizes(keys, slots, policy):
     trace = trace_of("".join("ABCDEFGH"[k] for k in keys))
     result = replay(trace, policy, Capacity(l1_slots=1, l2_slots=slots), FREE)
     assert result.hits <= belady_hits(trace, slots)
+
+
+# --- the online ceiling: A0, which knows the popularity -------------------------------------
+
+
+def with_popularity(names: str, *epochs: tuple[int, dict[str, float]]) -> Trace:
+    trace = trace_of(names)
+    keys = {name: n for n, name in enumerate(sorted(set(names)))}
+    trace.popularity = [
+        Epoch(start, np.array([p.get(name, 0.0) for name in sorted(keys)])) for start, p in epochs
+    ]
+    return trace
+
+
+def test_a0_evicts_the_resident_least_popular_at_that_moment():
+    # Two slots. At C's miss A (0.5) stays and B (0.3) goes, so A and C hit; at B's miss C
+    # (0.2) goes, so the last A hits too: 3 hits.
+    steady = {"A": 0.5, "B": 0.3, "C": 0.2}
+    assert known_popularity_hits(with_popularity("ABCACBA", (0, steady)), 2) == 3
+    # The ranking changes after the third request: at B's miss A is now the least popular and
+    # goes, so the last A misses: 2 hits on the same sequence.
+    shifted = {"C": 0.5, "A": 0.3, "B": 0.2}
+    assert known_popularity_hits(with_popularity("ABCACBA", (0, steady), (3, shifted)), 2) == 2
+    assert known_popularity_hits(trace_of("ABCACBA"), 2) is None  # no popularity: no ceiling
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sequences,
+    st.integers(1, 6),
+    st.lists(st.lists(st.floats(0, 1), min_size=8, max_size=8), min_size=1, max_size=4),
+    st.data(),
+)
+def test_a0_never_beats_belady(keys, slots, weights, data):
+    trace = trace_of("".join("ABCDEFGH"[k] for k in keys))
+    order = sorted(set(trace.keys))
+    starts = sorted({0, *data.draw(st.lists(st.integers(1, len(keys)), max_size=3))})
+    trace.popularity = [
+        Epoch(start, np.array([w[k] for k in order]))
+        for start, w in zip(starts, itertools.cycle(weights), strict=False)
+    ]
+    assert known_popularity_hits(trace, slots) <= belady_hits(trace, slots)
+
+
+def test_a_generated_trace_keeps_the_popularity_its_requests_were_drawn_from():
+    trace = traces.zipf(1.0, requests=40_000, drift=0.2, drift_every_s=600)
+    assert trace.popularity is not None and len(trace.popularity) > 5
+    bounds = [e.start for e in trace.popularity[1:]] + [len(trace)]
+    for epoch, stop in zip(trace.popularity, bounds, strict=True):
+        asked = np.bincount(trace.keys[epoch.start : stop], minlength=len(epoch.p))
+        assert epoch.p.sum() == pytest.approx(1.0)
+        # the epoch's most popular adapter is the one asked for most, at about its probability
+        top = int(np.argmax(epoch.p))
+        assert int(np.argmax(asked)) == top
+        assert asked[top] / (stop - epoch.start) == pytest.approx(epoch.p[top], abs=0.03)
+    # a slice keeps, for every request, the epoch in force when it was drawn
+    tail = trace.tail(0.37)
+    offset = len(trace) - len(tail)
+
+    def in_force(popularity: list[Epoch], i: int) -> np.ndarray:
+        return [e for e in popularity if e.start <= i][-1].p
+
+    for i in range(0, len(tail), 997):
+        assert in_force(tail.popularity, i) is in_force(trace.popularity, offset + i)
 
 
 residents = st.lists(

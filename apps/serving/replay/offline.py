@@ -10,6 +10,13 @@
   ``time to next request x size / reload cost`` (never-again first) — Belady's rule weighed
   by what a byte of the version costs to bring back. Its figures are a reference, not a
   ceiling: a policy may beat it.
+* ``known_popularity_hits`` — not an offline figure but the *online* ceiling on a generated
+  trace: the policy that knows each adapter's request probability at every moment (the
+  trace's ``popularity``) and, on a miss with the cache full, evicts the resident least likely
+  to be asked for next. On independent requests that is the optimal demand-paging policy
+  (Aho, Denning & Ullman, "Principles of optimal page replacement", J. ACM 18(1), 1971: policy
+  A0), so no policy that must learn the popularity from the requests can expect more hits. A
+  gap between it and Belady is what foresight buys, which no online policy has.
 """
 
 from __future__ import annotations
@@ -56,6 +63,31 @@ def belady_hits(trace: Trace, slots: int) -> int:
                     break
         cache[key] = nxt[i]
         heapq.heappush(heap, (-nxt[i], key))
+    return hits
+
+
+def known_popularity_hits(trace: Trace, slots: int) -> int | None:
+    """Hits of A0 with ``slots`` equal-size places: evict the resident with the lowest request
+    probability of the moment (ties: the lower key). ``None`` when the trace has no
+    popularity (a node's log, a bursty trace)."""
+    if trace.popularity is None:
+        return None
+    starts = [e.start for e in trace.popularity[1:]] + [len(trace.keys)]
+    cache: set[int] = set()
+    heap: list[tuple[float, int]] = []  # (probability, key): one entry per resident
+    hits = 0
+    for epoch, stop in zip(trace.popularity, starts, strict=True):
+        heap = [(epoch.of(key), key) for key in cache]
+        heapq.heapify(heap)
+        for i in range(epoch.start, stop):
+            key = trace.keys[i]
+            if key in cache:
+                hits += 1
+                continue
+            if len(cache) >= slots:
+                cache.remove(heapq.heappop(heap)[1])
+            cache.add(key)
+            heapq.heappush(heap, (epoch.of(key), key))
     return hits
 
 

@@ -37,6 +37,12 @@ def policy_table(report: dict) -> str:
         )
     if best.get("bound"):
         lines.append(f"{'Belady':<10}{_pct(best['hit_rate']):>7}")
+    if "known_popularity_hit_rate" in best:
+        known = best["known_popularity_hit_rate"]
+        lines.append(
+            f"{'A0':<10}{_pct(known):>7}{'':>35}{_pct(known / best['hit_rate']):>8}"
+            "  (the online ceiling: evicts the least popular, knowing the trace's popularity)"
+        )
     if "node_tiers" in report:
         node = report["node_tiers"]
         lines.append(

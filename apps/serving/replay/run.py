@@ -13,7 +13,7 @@ from typing import Any
 
 from apps.serving.cache.policy import POLICIES, SETTINGS, Adaptive, Weighted, make_policy
 from apps.serving.replay import traces
-from apps.serving.replay.offline import Oracle, belady_hits
+from apps.serving.replay.offline import Oracle, belady_hits, known_popularity_hits
 from apps.serving.replay.simulate import MB, TIERS, Capacity, Costs, Result, replay
 
 GIB = 1024**3
@@ -158,10 +158,15 @@ def summarize(result: Result, optimum_hits: float | None = None) -> dict:
 
 
 def optimum(trace: traces.Trace, capacity: Capacity, costs: Costs) -> dict:
-    """Belady's MIN on equal sizes; the documented offline heuristic otherwise."""
+    """Belady's MIN on equal sizes (and, on a generated trace, the online ceiling of a policy
+    that knows the popularity); the documented offline heuristic otherwise."""
     if equal_sizes(trace, capacity):
         hits = belady_hits(trace, capacity.l2_slots)
-        return {"kind": "Belady MIN", "hit_rate": hits / max(len(trace), 1), "bound": True}
+        best = {"kind": "Belady MIN", "hit_rate": hits / max(len(trace), 1), "bound": True}
+        known = known_popularity_hits(trace, capacity.l2_slots)
+        if known is not None:  # a generated trace: the online ceiling too
+            best["known_popularity_hit_rate"] = known / max(len(trace), 1)
+        return best
     result = replay(trace, Oracle(trace), capacity, costs)
     figures = summarize(result)
     return {"kind": "offline heuristic", "bound": False, **figures}

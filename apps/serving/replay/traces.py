@@ -17,6 +17,11 @@ documented here and printed beside every result (``Trace.description``):
 
 Everything is drawn from one ``numpy`` generator seeded with ``seed``: the same arguments give
 the same trace on any machine.
+
+A generated trace also keeps the popularity it was drawn from (``Trace.popularity``: each
+epoch's request probability per adapter), so the replay can report the ceiling of an online
+policy that knew it (``offline.known_popularity_hits``). A trace read from a node's log has
+none, nor has a bursty one (its bursts are a second, faster process the epochs do not hold).
 """
 
 from __future__ import annotations
@@ -44,6 +49,18 @@ class Adapter:
     label: str = ""
 
 
+@dataclass(frozen=True)
+class Epoch:
+    """From request ``start`` on (until the next epoch), request ``i`` names adapter ``k`` with
+    probability ``p[k]``, independently of every other request; keys past ``p``'s end: 0."""
+
+    start: int
+    p: np.ndarray
+
+    def of(self, key: int) -> float:
+        return float(self.p[key]) if 0 <= key < len(self.p) else 0.0
+
+
 @dataclass
 class Trace:
     """Requests in arrival order (``at`` seconds, ``keys`` adapter keys) and their world."""
@@ -56,6 +73,7 @@ class Trace:
     keys: list[int]
     tiers: list[str] | None = None  # what the node reported, for a trace from its log
     tenant_names: dict[int, str] = field(default_factory=dict)
+    popularity: list[Epoch] | None = None  # what a generator drew from; None when unknown
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -78,7 +96,17 @@ class Trace:
             keys=self.keys[start:stop],
             tiers=self.tiers[start:stop] if self.tiers else None,
             tenant_names=self.tenant_names,
+            popularity=_epochs_within(self.popularity, start, stop),
         )
+
+
+def _epochs_within(epochs: list[Epoch] | None, start: int, stop: int) -> list[Epoch] | None:
+    """The epochs of requests ``start:stop``, renumbered from ``start``."""
+    if epochs is None:
+        return None
+    first = max(i for i, e in enumerate(epochs) if e.start <= start)  # epochs[0] starts at 0
+    later = [Epoch(e.start - start, e.p) for e in epochs[first + 1 :] if e.start < stop]
+    return [Epoch(0, epochs[first].p), *later]
 
 
 @dataclass(frozen=True)
@@ -129,13 +157,15 @@ def _popularity_draws(
     alpha: float,
     drift: float,
     drift_every_s: float,
-) -> np.ndarray:
+) -> tuple[np.ndarray, list[Epoch]]:
     """Adapter per request: Zipf(alpha) over a ranking that re-shuffles ``drift`` of its
-    entries every ``drift_every_s`` seconds."""
+    entries every ``drift_every_s`` seconds; and each epoch's probability per adapter."""
     ranking = rng.permutation(n)
-    ranks = rng.choice(n, len(at), p=_zipf_weights(n, alpha))
+    weights = _zipf_weights(n, alpha)
+    ranks = rng.choice(n, len(at), p=weights)
     epochs = (at // drift_every_s).astype(np.int64) if drift > 0 else np.zeros(len(at), np.int64)
     out = np.empty(len(at), dtype=np.int64)
+    schedule = []
     start = 0
     for epoch in np.unique(epochs):
         stop = start + int((epochs == epoch).sum())
@@ -143,15 +173,18 @@ def _popularity_draws(
             moved = rng.choice(n, int(n * drift), replace=False)
             ranking[moved] = ranking[rng.permutation(moved)]
         out[start:stop] = ranking[ranks[start:stop]]
+        p = np.empty(n)
+        p[ranking] = weights  # the adapter at rank r is asked for with the r-th weight
+        schedule.append(Epoch(start, p))
         start = stop
-    return out
+    return out, schedule
 
 
 def poisson_arrivals(rng: np.random.Generator, requests: int, rate: float) -> np.ndarray:
     return np.cumsum(rng.exponential(1.0 / rate, requests))
 
 
-def _trace(name, description, world, adapters, priorities, at, keys) -> Trace:
+def _trace(name, description, world, adapters, priorities, at, keys, popularity) -> Trace:
     return Trace(
         name=name,
         description=f"{description}; {world.describe()}",
@@ -159,6 +192,7 @@ def _trace(name, description, world, adapters, priorities, at, keys) -> Trace:
         priorities=priorities,
         at=[float(t) for t in at],
         keys=[int(k) for k in keys],
+        popularity=popularity,
     )
 
 
@@ -175,8 +209,8 @@ def _synthetic(
     rng = np.random.default_rng(world.seed)
     adapters, priorities = world.build(rng)
     at = poisson_arrivals(rng, requests, rate)
-    keys = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
-    return rng, adapters, priorities, at, keys
+    keys, popularity = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
+    return rng, adapters, priorities, at, keys, popularity
 
 
 def zipf(
@@ -190,14 +224,14 @@ def zipf(
     name: str | None = None,
 ) -> Trace:
     """Independent Zipf requests (``drift`` > 0: a shifting hot set)."""
-    _, adapters, priorities, at, keys = _synthetic(
+    _, adapters, priorities, at, keys, popularity = _synthetic(
         world, requests, rate, alpha, drift, drift_every_s
     )
     what = f"Zipf {alpha:g}, Poisson {rate:.2f}/s, {requests} requests"
     if drift:
         what += f", {drift:.0%} of ranks shuffled every {drift_every_s / 60:g} min"
     default = f"zipf-{alpha:g}" + (f"-drift{drift:g}" if drift else "")
-    return _trace(name or default, what, world, adapters, priorities, at, keys)
+    return _trace(name or default, what, world, adapters, priorities, at, keys, popularity)
 
 
 def bursty(
@@ -213,7 +247,7 @@ def bursty(
 ) -> Trace:
     """Zipf background, plus ``bursting`` adapters that each alternate ``on_s`` of heavy use
     (together ``burst_share`` of the traffic while on) with ``off_s`` of silence."""
-    rng, adapters, priorities, at, keys = _synthetic(world, requests, rate, alpha)
+    rng, adapters, priorities, at, keys, _ = _synthetic(world, requests, rate, alpha)
     bursters = rng.choice(world.adapters, bursting, replace=False)
     phase = rng.uniform(0, on_s + off_s, bursting)
     for i, t in enumerate(at):
@@ -224,7 +258,7 @@ def bursty(
         f"bursty: Zipf {alpha:g} background, {bursting} adapters on {on_s:g} s / off {off_s:g} s "
         f"taking {burst_share:.0%} while on, Poisson {rate:.2f}/s, {requests} requests"
     )
-    return _trace("bursty", what, world, adapters, priorities, at, keys)
+    return _trace("bursty", what, world, adapters, priorities, at, keys, None)
 
 
 def scan(
@@ -237,7 +271,7 @@ def scan(
 ) -> Trace:
     """Zipf traffic where ``scan_share`` of the requests each name a new adapter used once
     (an evaluation sweep, a crawler): what a recency-only policy lets flush its cache."""
-    rng, adapters, priorities, at, keys = _synthetic(world, requests, rate, alpha)
+    rng, adapters, priorities, at, keys, popularity = _synthetic(world, requests, rate, alpha)
     one_off = rng.random(requests) < scan_share
     size = RANK_MB[16] * MB
     next_key = world.adapters
@@ -250,7 +284,9 @@ def scan(
         f"scan: Zipf {alpha:g} with {scan_share:.0%} one-off adapters, "
         f"Poisson {rate:.2f}/s, {requests} requests"
     )
-    return _trace("scan", what, world, adapters, priorities, at, keys)
+    # each one-off adapter is asked for once, never again: probability 0 from then on
+    background = [Epoch(e.start, e.p * (1 - scan_share)) for e in popularity]
+    return _trace("scan", what, world, adapters, priorities, at, keys, background)
 
 
 def read_arrivals(path: Path) -> np.ndarray:
@@ -278,12 +314,12 @@ def from_csv(
     rng = np.random.default_rng(world.seed)
     adapters, priorities = world.build(rng)
     at = read_arrivals(path)
-    keys = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
+    keys, popularity = _popularity_draws(rng, at, world.adapters, alpha, drift, drift_every_s)
     what = (
         f"{path.name}: {len(at)} arrivals over {at[-1] / 60:.0f} min, Zipf {alpha:g}, "
         f"{drift:.0%} of ranks shuffled every {drift_every_s / 60:g} min"
     )
-    return _trace(path.stem, what, world, adapters, priorities, at, keys)
+    return _trace(path.stem, what, world, adapters, priorities, at, keys, popularity)
 
 
 # --- files exported from a node's request log (``manage.py export_requests``) --------------
