@@ -216,6 +216,17 @@ def replay(report: dict) -> dict[str, Figure]:
             "line": {"dash": "dash", "color": "#222"},
         }
     )
+    if "known_popularity_hit_rate" in best:
+        tiers.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": names,
+                "y": [best["known_popularity_hit_rate"]] * len(names),
+                "name": "A0, popularity known (online ceiling)",
+                "line": {"dash": "dot", "color": "#666"},
+            }
+        )
     figures = {
         "chart-replay-tiers": {
             "data": tiers,

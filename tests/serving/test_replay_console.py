@@ -57,11 +57,15 @@ def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker
     for run in report["policies"].values():  # no policy beats the bound
         assert run["hit_rate"] <= report["optimum"]["hit_rate"]
         assert sum(run["tier_rates"].values()) == pytest.approx(1.0)
+    # a generated trace also gets the online ceiling, which foresight (Belady) beats
+    ceiling = report["optimum"]["known_popularity_hit_rate"]
+    assert 0 < ceiling < report["optimum"]["hit_rate"]
     assert report["sweeps"]["l2"]["values"] == [4, 8, 16, 32, 64, 128, 256]
 
     page = otto.get(f"/operator/replay/{run_id}/").content.decode()
     for name in ("weighted", "lru", "lfu", "Belady MIN"):
         assert name in page
+    assert "A0</strong>, which knows the trace's popularity" in page.replace("&#x27;", "'")
     assert 'id="replay-tenants"' in page  # per-tenant hit rate and TTFT under each policy
     rows = [page.index(f'data-policy="{p}"') for p in ("weighted", "lru", "lfu")]
     assert rows == sorted(rows)  # as asked, the default first (jsonb keeps no key order)
@@ -76,6 +80,8 @@ def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker
     tiers = data["figures"]["chart-replay-tiers"]["data"]
     l1 = next(trace for trace in tiers if trace["name"] == "L1")
     assert l1["y"] == [report["policies"][p]["tier_rates"]["L1"] for p in l1["x"]]
+    a0 = next(trace for trace in tiers if trace["name"].startswith("A0"))
+    assert set(a0["y"]) == {ceiling}
 
     applied = otto.post(f"/operator/replay/{run_id}/apply", {"policy": "lfu"})
     assert applied.status_code == 302 and applied["Location"] == "/operator/cache/"
