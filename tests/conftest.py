@@ -46,7 +46,8 @@ def _flush_quickly_and_retry_deadlocks() -> None:
       delete the rows a test leaves; Django's MySQL backend deletes instead of truncating
       for the same reason. Django makes PostgreSQL's foreign keys DEFERRABLE INITIALLY
       DEFERRED and flushes in one transaction, so the order of the DELETEs does not matter.
-      A flush that resets sequences still truncates.
+      A flush that resets sequences still truncates. The flush first locks the tables
+      against writes, as TRUNCATE does, so a live node cannot insert between the DELETEs.
     - Retried on a deadlock: a live serving node may be writing its statistics while the
       flush runs, and PostgreSQL then sometimes picks the flush as the victim. Nothing is
       half-done (it rolled back), so it is simply tried again.
@@ -62,8 +63,15 @@ def _flush_quickly_and_retry_deadlocks() -> None:
             return truncate(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
+        if not tables:
+            return []
+        names = [style.SQL_FIELD(self.quote_name(table)) for table in tables]
         delete_from = f"{style.SQL_KEYWORD('DELETE')} {style.SQL_KEYWORD('FROM')}"
-        return [f"{delete_from} {style.SQL_FIELD(self.quote_name(table))};" for table in tables]
+        # TRUNCATE's lock, without its cost: a node still writing (its request log, say)
+        # waits for the flush to commit instead of inserting a row between two DELETEs that
+        # points at a tenant the next DELETE removes (a foreign-key error at commit).
+        lock = f"LOCK TABLE {', '.join(names)} IN EXCLUSIVE MODE;"
+        return [lock, *(f"{delete_from} {name};" for name in names)]
 
     flush = BaseDatabaseOperations.execute_sql_flush
 
