@@ -74,9 +74,9 @@ def known_popularity_hits(trace: Trace, slots: int) -> int | None:
         return None
     starts = [e.start for e in trace.popularity[1:]] + [len(trace.keys)]
     cache: set[int] = set()
-    heap: list[tuple[float, int]] = []  # (probability, key): one entry per resident
     hits = 0
     for epoch, stop in zip(trace.popularity, starts, strict=True):
+        # (probability, key), one entry per resident: the order changes only between epochs
         heap = [(epoch.of(key), key) for key in cache]
         heapq.heapify(heap)
         for i in range(epoch.start, stop):
