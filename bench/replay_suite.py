@@ -21,9 +21,13 @@ adapter's request probability at every moment, including the instant a shifting 
 changes, and evicts the least probable resident (``offline.known_popularity_hits``). On
 independent requests no policy that must learn the popularity from the requests can expect
 more (Aho, Denning & Ullman 1971), so a gap between it and Belady is foresight's, not the
-policy's. (Not shown on bursty traffic, whose bursts the popularity epochs do not hold, nor on
-mixed sizes.) And each of the default's settings alone ("weighted:drift" ...), to show what
-learning between them buys.
+policy's. And "learner" — the model-aware learner (``offline.model_learner_hits``): an online
+policy told how the trace was made (its probability values, when the ranking reshuffles and
+by how much) but not which adapter holds which value, filtering each adapter's posterior from
+the requests and evicting the lowest posterior mean: what learning the popularity from the
+traffic costs when nothing else is unknown. (Neither is shown on bursty traffic, whose bursts
+the popularity epochs do not hold, nor on mixed sizes.) And each of the default's settings
+alone ("weighted:drift" ...), to show what learning between them buys.
 
 Targets (issue 10): the default >= 85 % of Belady at 16 and 64 slots on every equal-size
 trace, >= the best of LRU, LFU and GDSF on every trace, and the lowest total reload time on
@@ -45,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from apps.serving.cache.policy import POLICIES, SETTINGS, Weighted  # noqa: E402
 from apps.serving.replay import traces  # noqa: E402
+from apps.serving.replay.offline import model_learner_hits  # noqa: E402
 from apps.serving.replay.run import optimum, summarize  # noqa: E402
 from apps.serving.replay.simulate import Capacity, Costs, replay  # noqa: E402
 
@@ -100,6 +105,10 @@ def one(job: tuple[str, str, int]) -> dict:
     trace = make_trace(trace_name, sizes, requests)
     costs = Costs()
     best = optimum(trace, capacity, costs)
+    if best.get("bound"):
+        learned = model_learner_hits(trace, capacity.l2_slots)
+        if learned is not None:
+            best["model_learner_hit_rate"] = learned / len(trace)
     runs = {
         p: summarize(replay(trace, policy_for(p), capacity, costs), best["hit_rate"])
         for p in (*POLICIES, *ALONE)
@@ -149,7 +158,7 @@ def main() -> None:
         rows = list(pool.map(one, jobs))
     order = ["weighted", *[p for p in POLICIES if p != "weighted"]]
     print("\nhit rate (engine: L1+L2) and share of the offline reference")
-    header = f"{'trace':<11}{'capacity':<14}{'offline':>8}{'A0':>14}" + "".join(
+    header = f"{'trace':<11}{'capacity':<14}{'offline':>8}{'A0':>14}{'learner':>14}" + "".join(
         f"{p:>15}" for p in order
     )
     print(header)
@@ -161,9 +170,14 @@ def main() -> None:
             r = row["policies"][p]
             cells.append(f"{r['hit_rate']:.3f} ({r['share_of_optimum'] * 100:3.0f}%)")
         known = best.get("known_popularity_hit_rate")
-        shown = f"{known:.3f} ({known / best['hit_rate'] * 100:3.0f}%)" if known else "—"
+        learned = best.get("model_learner_hit_rate")
+        shown, taught = (
+            f"{rate:.3f} ({rate / best['hit_rate'] * 100:3.0f}%)" if rate else "—"
+            for rate in (known, learned)
+        )
         print(
             f"{row['trace']:<11}{row['capacity']:<14}{best['hit_rate']:>8.3f}{shown:>14}"
+            + f"{taught:>14}"
             + "".join(f"{c:>15}" for c in cells)
         )
         default = row["policies"]["weighted"]
@@ -175,6 +189,11 @@ def main() -> None:
                 if known
                 else ""
             )
+            if learned:
+                ceiling += (
+                    f"; the model-aware learner: {learned / best['hit_rate']:.1%} of Belady, and "
+                    f"the default gets {default['hit_rate'] / learned:.1%} of its hits"
+                )
             misses.append(
                 f"{row['trace']} {row['capacity']}: {default['share_of_optimum']:.1%} of Belady"
                 + ceiling

@@ -22,7 +22,12 @@ from apps.serving.cache.policy import (
     select_victims,
 )
 from apps.serving.replay import simulate, traces
-from apps.serving.replay.offline import Oracle, belady_hits, known_popularity_hits
+from apps.serving.replay.offline import (
+    Oracle,
+    belady_hits,
+    known_popularity_hits,
+    model_learner_hits,
+)
 from apps.serving.replay.simulate import Capacity, Costs, replay
 from apps.serving.replay.traces import Adapter, Epoch, Trace
 
@@ -219,7 +224,7 @@ def test_a0_evicts_the_resident_least_popular_at_that_moment():
     st.lists(st.lists(st.floats(0, 1), min_size=8, max_size=8), min_size=1, max_size=4),
     st.data(),
 )
-def test_a0_never_beats_belady(keys, slots, weights, data):
+def test_neither_a0_nor_the_model_aware_learner_beats_belady(keys, slots, weights, data):
     trace = trace_of("".join("ABCDEFGH"[k] for k in keys))
     order = sorted(set(trace.keys))
     starts = sorted({0, *data.draw(st.lists(st.integers(1, len(keys)), max_size=3))})
@@ -228,6 +233,20 @@ def test_a0_never_beats_belady(keys, slots, weights, data):
         for start, w in zip(starts, itertools.cycle(weights), strict=False)
     ]
     assert known_popularity_hits(trace, slots) <= belady_hits(trace, slots)
+    assert model_learner_hits(trace, slots) <= belady_hits(trace, slots)
+
+
+def test_the_model_aware_learner_keeps_what_its_posterior_says_is_most_asked_for():
+    # Two slots. A is asked for three times, B once: at C's miss the posterior puts A on the
+    # 0.5 value, so B goes (where LRU would evict A) and B's return misses: 2 hits.
+    steady = {"A": 0.5, "B": 0.3, "C": 0.2}
+    assert model_learner_hits(with_popularity("AAABCB", (0, steady)), 2) == 2
+    # Every adapter's value changes before B's request (a full reshuffle, which the learner is
+    # told of): A's three requests say nothing any more, B has just been asked for and A not,
+    # so at C's miss A goes and B's return hits: 3 hits.
+    reshuffled = {"A": 0.2, "B": 0.5, "C": 0.3}
+    assert model_learner_hits(with_popularity("AAABCB", (0, steady), (3, reshuffled)), 2) == 3
+    assert model_learner_hits(trace_of("AAABCB"), 2) is None  # no popularity: nothing to learn
 
 
 def test_a_generated_trace_keeps_the_popularity_its_requests_were_drawn_from():
