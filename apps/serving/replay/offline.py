@@ -102,7 +102,53 @@ def known_popularity_hits(trace: Trace, slots: int) -> int | None:
     return hits
 
 
-MAX_LEARNER_ADAPTERS = 4000  # its posteriors are adapters x values floats (128 MB here)
+MAX_LEARNER_ADAPTERS = 4000  # its posteriors are adapters x values float32s (64 MB here)
+
+
+class _Posteriors:
+    """Each adapter's log posterior over the probability values (up to a constant), brought
+    up to date lazily: a row catches up on the requests it has not seen only when read."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        # float32: 4x faster than float64 here; the suite's hit rates agree to the third decimal
+        self.values = values.astype(np.float32)
+        self.log_asked = np.log(np.maximum(self.values, 1e-30))
+        self.log_not_asked = np.log1p(-np.minimum(self.values, 1 - 1e-6))
+        self.log_post = np.zeros((len(values), len(values)), np.float32)
+        self.seen_to = np.zeros(len(values), dtype=np.int64)  # requests before this are in
+
+    def catch_up(self, rows: np.ndarray, i: int) -> None:
+        """Apply "not asked for" for every request before ``i`` each row has not seen."""
+        self.log_post[rows] += (i - self.seen_to[rows])[:, None] * self.log_not_asked
+        self.seen_to[rows] = i
+
+    def asked(self, key: int, i: int) -> None:
+        """Request ``i`` names ``key``."""
+        row = self.log_post[key]
+        row += (i - self.seen_to[key]) * self.log_not_asked + self.log_asked
+        self.seen_to[key] = i + 1
+
+    def reshuffle(self, i: int, moved: float) -> None:
+        """Before request ``i``, each adapter's value moved with probability ``moved``."""
+        everyone = np.arange(len(self.values))
+        self.catch_up(everyone, i)
+        post = self._normalised(self.log_post)
+        self.log_post[:] = np.log(np.maximum((1 - moved) * post + moved / len(everyone), 1e-30))
+
+    def means(self, keys: list[int], i: int) -> np.ndarray:
+        """The posterior mean probability of each of ``keys`` before request ``i``."""
+        rows = np.array(keys)
+        self.catch_up(rows, i)
+        post = self._unnormalised(self.log_post[rows])
+        return post @ self.values / post.sum(axis=1)
+
+    def _normalised(self, log_post: np.ndarray) -> np.ndarray:
+        post = self._unnormalised(log_post)
+        return post / post.sum(axis=1, keepdims=True)
+
+    @staticmethod
+    def _unnormalised(log_post: np.ndarray) -> np.ndarray:
+        return np.exp(log_post - log_post.max(axis=1, keepdims=True))
 
 
 def model_learner_hits(trace: Trace, slots: int) -> int | None:
@@ -118,53 +164,27 @@ def model_learner_hits(trace: Trace, slots: int) -> int | None:
         return None
     epochs = trace.popularity
     n = len(epochs[0].p)
-    # float32: 4x faster than float64 here, and the posteriors are compared, never summed
-    values = np.sort(epochs[0].p)[::-1].astype(np.float32)
-    log_asked = np.log(np.maximum(values, 1e-30))
-    log_not_asked = np.log1p(-np.minimum(values, 1 - 1e-6))
-    log_post = np.zeros((n, n), np.float32)  # adapter x value: log posterior, up to a constant
-    seen_to = np.zeros(n, dtype=np.int64)  # requests up to here are in its row
-    mixing = {
+    posteriors = _Posteriors(np.sort(epochs[0].p)[::-1])
+    moved = {
         later.start: float(np.mean(later.p != before.p))
         for before, later in itertools.pairwise(epochs)
     }
-
-    def catch_up(rows: np.ndarray, i: int) -> None:
-        """Apply "not asked for" for every request before ``i`` each row has not seen."""
-        log_post[rows] += (i - seen_to[rows])[:, None] * log_not_asked
-        seen_to[rows] = i
-
     cache: list[int] = []
     hits = 0
     for i, key in enumerate(trace.keys):
-        changed = mixing.get(i)
-        if changed is not None:  # the ranking reshuffles: each adapter's value moved w.p. changed
-            catch_up(np.arange(n), i)
-            post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
-            post /= post.sum(axis=1, keepdims=True)
-            log_post[:] = np.log(np.maximum((1 - changed) * post + changed / n, 1e-30))
+        if i in moved:
+            posteriors.reshuffle(i, moved[i])
         if key in cache:
             hits += 1
         else:
             if len(cache) >= slots:
-                cache.pop(_least_likely(cache, n, i, catch_up, log_post, values))
+                outside = [place for place, k in enumerate(cache) if not 0 <= k < n]
+                # first on ties; a one-off adapter (probability 0) before any other
+                cache.pop(outside[0] if outside else int(np.argmin(posteriors.means(cache, i))))
             cache.append(key)
-        if 0 <= key < n:  # its row catches up, then the request itself
-            log_post[key] += (i - seen_to[key]) * log_not_asked + log_asked
-            seen_to[key] = i + 1
+        if 0 <= key < n:
+            posteriors.asked(key, i)
     return hits
-
-
-def _least_likely(cache, n, i, catch_up, log_post, values) -> int:
-    """The place in ``cache`` of the resident with the lowest posterior mean (first on ties)."""
-    outside = [place for place, key in enumerate(cache) if not 0 <= key < n]
-    if outside:
-        return outside[0]
-    rows = np.array(cache)
-    catch_up(rows, i)
-    ours = log_post[rows]
-    post = np.exp(ours - ours.max(axis=1, keepdims=True))
-    return int(np.argmin(post @ values / post.sum(axis=1)))
 
 
 @dataclass
