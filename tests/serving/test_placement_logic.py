@@ -383,6 +383,56 @@ def test_an_adapter_waiting_too_long_gets_the_next_slot_even_while_others_stay_b
     run(scenario())
 
 
+def test_the_starvation_bound_follows_how_long_requests_take_in_the_engine(monkeypatch):
+    """On a slow engine (each request 1 s in the engine, longer than the 0.5 s floor) an
+    adapter becomes starving only after twice that: at 1.5 s of waiting, newcomers for the
+    adapter in the slot still join it; at 2.1 s they wait. When requests speed up, the bound
+    comes back down to the floor."""
+    from types import SimpleNamespace
+
+    from apps.serving.cache import gate as gate_module
+
+    now = [0.0]
+    monkeypatch.setattr(gate_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(gate_module, "STARVATION_S", 0.5)
+    monkeypatch.setattr(gate_module, "STARVATION_HOLDS", 2.0)
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1)
+        assert gate.starvation_s() == 0.5  # nothing measured yet: the floor
+        for _ in range(3):  # requests of adapter 1, one at a time, 1 s each in the engine
+            await gate.enter(1, pinned=False)
+            now[0] += 1.0
+            gate.leave(1)
+        assert gate.starvation_s() == pytest.approx(2.0)
+
+        await gate.enter(1, pinned=False)
+        waiting = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0)
+        now[0] += 1.5  # adapter 2 has waited 1.5 s: over the floor, under two requests' time
+        joined = asyncio.ensure_future(gate.enter(1, pinned=False))
+        await asyncio.sleep(0)
+        assert joined.done() and not waiting.done()
+        now[0] += 0.6  # 2.1 s: starving
+        held = asyncio.ensure_future(gate.enter(1, pinned=False))
+        await asyncio.sleep(0)
+        assert not held.done(), "a newcomer for adapter 1 kept the starving adapter waiting"
+        gate.leave(1)
+        gate.leave(1)  # adapter 1's two requests (held 2.1 s and 0.6 s) leave; 2 takes the slot
+        await asyncio.wait_for(waiting, timeout=1)
+        assert gate.active() == {2} and not held.done()
+        gate.leave(2)
+        await asyncio.wait_for(held, timeout=1)
+        for _ in range(100):  # the engine speeds up: 0.1 s a request
+            now[0] += 0.1
+            gate.leave(1)
+            await gate.enter(1, pinned=False)
+        gate.leave(1)
+        assert gate.starvation_s() == 0.5
+
+    run(scenario())
+
+
 def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(world):
     """One record per version holds its whole state: landing, loading, in the engine, held,
     pinned, back to disk, deprecated and quarantined read from it, and /internal/cache's
