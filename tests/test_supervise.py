@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,3 +71,123 @@ def test_a_part_that_stayed_up_starts_its_backoff_again(tmp_path):
     supervisor.poll()
     assert node.failures == 1 and node.restart_at == 121.0
     supervisor.stop_all(grace_s=1)
+
+
+# A part that starts a process of its own (as a node starts vLLM's engine core) and waits.
+# The grandchild writes its pid to a file once it is set up; when asked to, it ignores
+# SIGTERM, as a hung engine would.
+def parent_of_grandchild(pidfile: Path, *, stubborn: bool = False) -> list[str]:
+    grandchild = "\n".join(
+        [
+            "import os, pathlib, signal, time",
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if stubborn else "",
+            f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))",
+            "time.sleep(600)",
+        ]
+    )
+    script = "\n".join(
+        [
+            "import subprocess, sys, time",
+            f"subprocess.Popen([sys.executable, '-c', {grandchild!r}])",
+            "time.sleep(600)",
+        ]
+    )
+    return [sys.executable, "-c", script]
+
+
+def wait_for_pid(pidfile: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline, "the part did not start its process"
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
+def alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_part_killed_by_sigkill_takes_what_it_started_with_it_before_its_restart(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    supervisor = Supervisor(
+        {"node": (parent_of_grandchild(pidfile, stubborn=True), dict(os.environ))},
+        cwd=tmp_path,
+        min_backoff_s=0.1,
+        group_grace_s=0.5,
+    )
+    supervisor.start_all()
+    try:
+        first = wait_for_pid(pidfile)
+        pidfile.unlink()
+        node = supervisor.children["node"]
+        assert node.proc is not None
+        os.kill(node.proc.pid, signal.SIGKILL)
+        node.proc.wait()
+        # the grandchild ignores SIGTERM: the restart waits for the SIGKILL after the grace
+        run_for(supervisor, 0.3)
+        assert alive(first) and node.restarts == 0
+        deadline = time.monotonic() + 10
+        while node.restarts == 0 and time.monotonic() < deadline:
+            run_for(supervisor, 0.1)
+        assert not alive(first)
+        assert node.restarts == 1
+        second = wait_for_pid(pidfile)
+        assert alive(second)
+    finally:
+        supervisor.stop_all(grace_s=5)
+    assert not alive(second)
+
+
+def test_stopping_ends_every_process_the_parts_started(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    supervisor = Supervisor(
+        {"node": (parent_of_grandchild(pidfile, stubborn=True), dict(os.environ))},
+        cwd=tmp_path,
+        group_grace_s=0.5,
+    )
+    supervisor.start_all()
+    grandchild = wait_for_pid(pidfile)
+    supervisor.stop_all(grace_s=5)
+    assert not alive(grandchild)
+
+
+def test_a_supervisor_killed_by_sigkill_leaves_no_part_running(tmp_path):
+    """The parts get SIGTERM from the kernel when their supervisor dies (parent-death
+    signal), and each then ends its own process group's work as a normal stop does."""
+    pidfile = tmp_path / "part.pid"
+    part = "\n".join(
+        [
+            "import os, pathlib, time",
+            f"pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid()))",
+            "time.sleep(600)",
+        ]
+    )
+    script = "\n".join(
+        [
+            "import os, sys",
+            "from pathlib import Path",
+            "from lorahub.supervise import Supervisor",
+            f"s = Supervisor({{'node': ([sys.executable, '-c', {part!r}], dict(os.environ))}}, "
+            "cwd=Path('.'))",
+            "s.start_all()",
+            "s.run(every_s=0.1)",
+        ]
+    )
+    root = Path(__file__).resolve().parent.parent
+    supervisor = subprocess.Popen([sys.executable, "-c", script], cwd=root)
+    try:
+        part = wait_for_pid(pidfile)
+        supervisor.kill()
+        supervisor.wait()
+        deadline = time.monotonic() + 10
+        while alive(part) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(part)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()

@@ -1,0 +1,129 @@
+"""``manage.py up`` with the real engine: a serving node killed by SIGKILL takes its vLLM
+engine processes with it, the restarted node is the only engine, and Ctrl-C leaves nothing.
+
+An operator found this on ``make run NODES=2``: after ``kill -9`` of a node, its
+``EngineCore`` (~1.5 GB) lived on as an orphan beside the restarted node's engine, and was
+still there after Ctrl-C stopped everything else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from lorahub.supervise import group_alive
+from tests.conftest import (
+    NODE_CACHE_CONFIG,
+    NODE_INTERNAL_TOKEN,
+    ROOT,
+    S3_ENV,
+    child_database_url,
+    free_port,
+)
+
+pytestmark = pytest.mark.engine
+
+
+def wait_until(condition, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.2)
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def node_process(up: psutil.Process) -> psutil.Process | None:
+    for child in up.children():
+        if "runnode" in child.cmdline():
+            return child
+    return None
+
+
+def engine_processes(node: psutil.Process) -> list[psutil.Process]:
+    """The processes vLLM spawned for the node's engine (EngineCore and its workers)."""
+    return [
+        p
+        for p in node.children(recursive=True)
+        if any("spawn_main" in part for part in p.cmdline())
+    ]
+
+
+def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothing(
+    tmp_path: Path, django_db_setup, s3_server, demo_dir
+):
+    (tmp_path / "cache.yaml").write_text(NODE_CACHE_CONFIG)
+    node_port = free_port()
+    url = f"http://127.0.0.1:{node_port}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": child_database_url(),
+        "LORAHUB_S3_ENDPOINT": s3_server,
+        **S3_ENV,
+        "LORAHUB_CACHE_CONFIG": str(tmp_path / "cache.yaml"),
+        "LORAHUB_NODE_CACHE_DIR": str(tmp_path / "cache"),
+        "LORAHUB_NODE_NAME": "up-node",
+        "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
+    }
+    command = [
+        sys.executable,
+        "manage.py",
+        "up",
+        "--console-port",
+        str(free_port()),
+        "--node-port",
+        str(node_port),
+    ]
+    with (tmp_path / "up.log").open("wb") as log:
+        up_proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    up = psutil.Process(up_proc.pid)
+    try:
+        wait_until(lambda: ready(url), f"the node to be ready (see {tmp_path}/up.log)", 240)
+        node = node_process(up)
+        assert node is not None
+        engine = engine_processes(node)
+        assert engine, "the node runs no engine process"
+
+        node.kill()  # SIGKILL: no draining, no engine shutdown
+        # everything the node started (its engine, vLLM's resource tracker) ends with it
+        wait_until(lambda: not group_alive(node.pid), "the killed node's processes to end", 60)
+        assert not any(p.is_running() and p.status() != "zombie" for p in engine)
+
+        wait_until(
+            lambda: (n := node_process(up)) is not None and n.pid != node.pid and ready(url),
+            "the restarted node to be ready",
+            240,
+        )
+        restarted = node_process(up)
+        assert restarted is not None
+        engines = [p for part in up.children() for p in engine_processes(part) if p.is_running()]
+        assert engines and all(
+            p.pid in {e.pid for e in engine_processes(restarted)} for p in engines
+        )
+        everything = up.children(recursive=True)
+    finally:
+        up_proc.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            up_proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(up_proc.pid, signal.SIGKILL)
+            up_proc.wait()
+            pytest.fail("up did not stop within 90 s of Ctrl-C")
+    _, left = psutil.wait_procs(everything, timeout=5)
+    assert not [p for p in left if p.status() != "zombie"], "processes outlived up's Ctrl-C"
