@@ -24,9 +24,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def measure(engine, prompts, sampling, adapter, n):
+    from bench.direct import complete
+
     ttft, total = [], []
     for i in range(n):
-        result = await engine.complete(prompts[i % len(prompts)], sampling, adapter=adapter)
+        result = await complete(engine, prompts[i % len(prompts)], sampling, adapter=adapter)
         ttft.append(result.ttft_ms)
         total.append(result.total_ms)
     return ttft, total
@@ -40,7 +42,8 @@ async def main(n: int) -> None:
 
     from apps.serving import demo_corpus as corpus
     from apps.serving.demo_assets import build_demo_assets
-    from apps.serving.engine import AdapterHandle, Engine, EngineSettings, Sampling
+    from apps.serving.engine import AdapterHandle, Engine, EngineSettings
+    from bench.direct import Sampling, complete
 
     demo = build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir
     engine = Engine(EngineSettings.from_django_settings())
@@ -57,7 +60,7 @@ async def main(n: int) -> None:
     cold = []
     for i, name in enumerate(("support-v1", "support-v2", "legal-v1")):
         handle = AdapterHandle(lora_id=i + 1, name=name, path=demo / "adapters" / name)
-        first = await engine.complete(prompts[0], sampling, adapter=handle)
+        first = await complete(engine, prompts[0], sampling, adapter=handle)
         cold.append(first.ttft_ms)
         ttft, total = await measure(engine, prompts, sampling, handle, n)
         rows.append((f"{name} (hot)", ttft, total))

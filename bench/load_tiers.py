@@ -95,8 +95,9 @@ async def main(repeats: int, hot_samples: int) -> None:
     from apps.serving.cache import download
     from apps.serving.cache.policy import LRU
     from apps.serving.demo_assets import build_demo_assets
-    from apps.serving.engine import Engine, EngineSettings, Sampling
+    from apps.serving.engine import Engine, EngineSettings
     from apps.serving.placement import Limits, Placement
+    from bench.direct import Sampling, complete
     from tests.helpers import signed_version  # how a node sees a signed version
 
     demo = build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir
@@ -222,7 +223,7 @@ async def main(repeats: int, hot_samples: int) -> None:
         # --- L3 -> L2 --------------------------------------------------------------------
         prompts = [corpus.completion_prompt(q) for q in corpus.DEMO_PROMPTS]
         sampling = Sampling(max_tokens=4)
-        await engine.complete(prompts[0], sampling)  # warm-up
+        await complete(engine, prompts[0], sampling)  # warm-up
         for name in ("support-v1", "support-v2", "legal-v1"):
             resolved = versions[name]
             check, add, floor = [], [], []
@@ -249,9 +250,9 @@ async def main(repeats: int, hot_samples: int) -> None:
         first, hot = [], []
         for i in range(repeats):
             for name in ("support-v1", "support-v2"):  # these two now hold both slots
-                await engine.complete(prompts[i % 6], sampling, adapter=handles[name])
-            cold = await engine.complete(prompts[i % 6], sampling, adapter=handles["legal-v1"])
-            again = await engine.complete(prompts[i % 6], sampling, adapter=handles["legal-v1"])
+                await complete(engine, prompts[i % 6], sampling, adapter=handles[name])
+            cold = await complete(engine, prompts[i % 6], sampling, adapter=handles["legal-v1"])
+            again = await complete(engine, prompts[i % 6], sampling, adapter=handles["legal-v1"])
             first.append(cold.ttft_ms)
             hot.append(again.ttft_ms)
         rows.append(("L2→L1 legal-v1", "first TTFT (floor: hot TTFT)", first, hot))
@@ -262,7 +263,7 @@ async def main(repeats: int, hot_samples: int) -> None:
         async def hot_ttfts(n: int) -> list[float]:
             out = []
             for i in range(n):
-                result = await engine.complete(prompts[i % 6], sampling, adapter=hot_handle)
+                result = await complete(engine, prompts[i % 6], sampling, adapter=hot_handle)
                 out.append(result.ttft_ms)
             return out
 
@@ -280,7 +281,7 @@ async def main(repeats: int, hot_samples: int) -> None:
             loads += 1
             i = 0
             while not load.done():
-                result = await engine.complete(prompts[i % 6], sampling, adapter=hot_handle)
+                result = await complete(engine, prompts[i % 6], sampling, adapter=hot_handle)
                 if not load.done():  # it ran entirely while the load did
                     busy.append(result.ttft_ms)
                 i += 1

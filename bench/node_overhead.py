@@ -136,7 +136,8 @@ def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int)
 
 
 async def direct(prompt: str, n: int, adapter_dir: Path) -> list[float]:
-    from apps.serving.engine import AdapterHandle, Engine, EngineSettings, Sampling
+    from apps.serving.engine import AdapterHandle, Engine, EngineSettings
+    from bench.direct import Sampling, complete
 
     engine = Engine(EngineSettings.from_django_settings())
     engine.start()
@@ -145,7 +146,7 @@ async def direct(prompt: str, n: int, adapter_dir: Path) -> list[float]:
     ttfts = []
     try:
         for i in range(n + 5):
-            result = await engine.complete(prompt, sampling, adapter=handle)
+            result = await complete(engine, prompt, sampling, adapter=handle)
             if i >= 5:
                 ttfts.append(result.ttft_ms)
     finally:

@@ -13,10 +13,8 @@ Start-up spawns vLLM's engine-core process; callers must construct ``Engine`` un
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdapterHandle",
-    "Completion",
-    "Delta",
     "Engine",
     "EngineDied",
     "EngineInfo",
@@ -38,7 +34,6 @@ __all__ = [
     "EngineRefused",
     "EngineSettings",
     "Generation",
-    "Sampling",
 ]
 
 logger = logging.getLogger(__name__)
@@ -204,36 +199,6 @@ class AdapterHandle:
 
 
 @dataclass(frozen=True)
-class Sampling:
-    max_tokens: int = 16
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Delta:
-    """One step of a streamed generation: new text and token ids since the previous step."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    finished: bool
-    finish_reason: str | None
-    prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class Completion:
-    text: str
-    token_ids: tuple[int, ...]
-    finish_reason: str | None
-    prompt_tokens: int
-    ttft_ms: float
-    total_ms: float
-
-
-@dataclass(frozen=True)
 class EngineInfo:
     served_model_name: str
     base_model_revision: str
@@ -288,10 +253,19 @@ class Engine:
             disable_log_stats=True,
         )
         try:
-            self._llm = AsyncLLM.from_engine_args(args)
-            from apps.serving.vllm_api import Front
+            try:
+                from apps.serving import vllm_api
+            except ImportError as exc:  # a module path vllm_api.py relies on moved
+                import vllm
 
-            self._front = Front(
+                raise EngineNotReady(
+                    f"vLLM {vllm.__version__} is not the release apps/serving/vllm_api.py "
+                    f"was written for: {exc}"
+                ) from exc
+            if problems := vllm_api.contract_problems():
+                raise EngineNotReady("; ".join(problems))
+            self._llm = AsyncLLM.from_engine_args(args)
+            self._front = vllm_api.Front(
                 self._llm, served_model_name=s.served_model_name, model_dir=s.model_dir
             )
         except Exception:
@@ -393,111 +367,11 @@ class Engine:
         self._require()
         return self._front.model_cards(names, owner)
 
-    # --- generation ---------------------------------------------------------------------
-
     def tokenizer(self) -> Any:
         return self._require().get_tokenizer()
 
-    async def stream(
-        self,
-        prompt: str | list[int],
-        sampling: Sampling,
-        *,
-        adapter: AdapterHandle | None = None,
-        request_id: str | None = None,
-    ) -> AsyncGenerator[Delta, None]:
-        """Yield deltas as vLLM produces them. Closing the iterator aborts the request."""
-        from vllm import SamplingParams
-        from vllm.exceptions import VLLMValidationError
-        from vllm.sampling_params import RequestOutputKind
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        llm = self._require()
-        try:
-            params = SamplingParams(
-                max_tokens=sampling.max_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                seed=sampling.seed,
-                stop=list(sampling.stop) or None,
-                output_kind=RequestOutputKind.DELTA,
-            )
-        except VLLMValidationError as exc:
-            raise EngineRefused(str(exc)) from None
-        engine_prompt: Any = {"prompt_token_ids": prompt} if isinstance(prompt, list) else prompt
-        rid = request_id or uuid.uuid4().hex
-        lora = self._lora_request(adapter) if adapter is not None else None
-        finished = False
-        try:
-            async for out in self._guarded(
-                llm.generate(engine_prompt, params, rid, lora_request=lora),
-                EngineDeadError,
-                VLLMValidationError,
-            ):
-                piece = out.outputs[0]
-                finished = out.finished
-                yield Delta(
-                    text=piece.text,
-                    token_ids=tuple(piece.token_ids),
-                    finished=out.finished,
-                    finish_reason=piece.finish_reason,
-                    prompt_tokens=len(out.prompt_token_ids or ()),
-                )
-        finally:
-            if not finished and not llm.errored:
-                await llm.abort(rid)
-
-    @staticmethod
-    async def _guarded(
-        outputs: AsyncGenerator[Any, None], dead: type[Exception], refused: type[Exception]
-    ):
-        """vLLM's outputs, with its engine-died error turned into ``EngineDied`` and its
-        refusal of the request into ``EngineRefused``."""
-        try:
-            async for out in outputs:
-                yield out
-        except dead as exc:
-            raise EngineDied(str(exc) or "the engine core exited") from None
-        except refused as exc:
-            raise EngineRefused(str(exc)) from None
-
-    async def complete(
-        self,
-        prompt: str | list[int],
-        sampling: Sampling,
-        *,
-        adapter: AdapterHandle | None = None,
-        request_id: str | None = None,
-    ) -> Completion:
-        started = time.perf_counter()
-        ttft: float | None = None
-        texts: list[str] = []
-        ids: list[int] = []
-        finish_reason = None
-        prompt_tokens = 0
-        async for delta in self.stream(prompt, sampling, adapter=adapter, request_id=request_id):
-            if ttft is None and delta.token_ids:
-                ttft = (time.perf_counter() - started) * 1000
-            texts.append(delta.text)
-            ids.extend(delta.token_ids)
-            finish_reason = delta.finish_reason
-            prompt_tokens = delta.prompt_tokens or prompt_tokens
-        total = (time.perf_counter() - started) * 1000
-        return Completion(
-            text="".join(texts),
-            token_ids=tuple(ids),
-            finish_reason=finish_reason,
-            prompt_tokens=prompt_tokens,
-            ttft_ms=ttft if ttft is not None else total,
-            total_ms=total,
-        )
-
-    async def complete_many(
-        self, jobs: list[tuple[str | list[int], AdapterHandle | None]], sampling: Sampling
-    ) -> list[Completion]:
-        """Submit all jobs at once so that vLLM schedules them in the same batches."""
-        return list(
-            await asyncio.gather(
-                *(self.complete(prompt, sampling, adapter=adapter) for prompt, adapter in jobs)
-            )
-        )
+    @property
+    def llm(self) -> Any:
+        """vLLM's ``AsyncLLM`` itself, for benchmarks that measure it without the node's front
+        (``bench/direct.py``); the node never generates through it directly."""
+        return self._require()

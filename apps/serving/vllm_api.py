@@ -16,6 +16,12 @@ request with the adapter it chose. Three overrides make sure that choice is the 
 
 Imports vLLM (and torch) at module level: only ``engine.py`` imports this module, once the
 engine has started, so the console and the worker never load it.
+
+The overrides and the module paths above are vLLM's internals, not its API: they hold for the
+release line ``TESTED_VLLM`` (pinned in ``pyproject.toml`` for both the CPU and the GPU
+build). ``contract_problems`` lists what a different vLLM changed; the engine refuses to start
+on one (naming the version and what changed) rather than serve through a layer it does not
+know, and ``tests/serving/test_vllm_contract.py`` fails on it.
 """
 
 from __future__ import annotations
@@ -46,6 +52,86 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
 from apps.serving.generation import EngineDied, EngineRefused, Generation
+
+TESTED_VLLM = "0.32"
+
+# What this module calls or overrides on vLLM's classes, with the parameter names it passes
+# (or, for an override, the ones vLLM calls it with): a rename or a removal shows up here
+# instead of as a TypeError in the middle of a request.
+CONTRACT: list[tuple[type, str, tuple[str, ...]]] = [
+    (
+        OpenAIServingCompletion,
+        "__init__",
+        ("engine_client", "models", "online_renderer", "request_logger"),
+    ),
+    (OpenAIServingCompletion, "_check_model", ("request",)),
+    (OpenAIServingCompletion, "_maybe_get_adapters", ("request", "supports_default_mm_loras")),
+    (OpenAIServingCompletion, "render_completion_request", ("request",)),
+    (OpenAIServingCompletion, "create_completion", ("request", "raw_request")),
+    (
+        OpenAIServingChat,
+        "__init__",
+        (
+            "engine_client",
+            "models",
+            "response_role",
+            "online_renderer",
+            "request_logger",
+            "chat_template",
+            "chat_template_content_format",
+        ),
+    ),
+    (OpenAIServingChat, "_check_model", ("request",)),
+    (OpenAIServingChat, "_maybe_get_adapters", ("request", "supports_default_mm_loras")),
+    (OpenAIServingChat, "render_chat_request", ("request",)),
+    (OpenAIServingChat, "create_chat_completion", ("request", "raw_request")),
+    (OpenAIServingModels, "__init__", ("engine_client", "base_model_paths")),
+    (OpenAIServingModels, "model_name", ("lora_request",)),
+    (
+        OnlineRenderer,
+        "__init__",
+        (
+            "model_config",
+            "renderer",
+            "request_logger",
+            "chat_template",
+            "chat_template_content_format",
+        ),
+    ),
+    (OnlineRenderer, "warmup", ()),
+]
+
+
+def contract_problems() -> list[str]:
+    """What the installed vLLM changed of ``CONTRACT`` and of the release line; empty when
+    it is the one this module was written against."""
+    import inspect
+
+    import vllm
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    problems = []
+    version = str(vllm.__version__)
+    if not version.startswith(TESTED_VLLM + "."):
+        problems.append(f"vLLM {version} is installed; lorahub is tested with {TESTED_VLLM}.x")
+    contract = [
+        *CONTRACT,
+        (AsyncLLM, "generate", ("prompt", "sampling_params", "request_id", "lora_request")),
+    ]
+    for cls, name, params in contract:
+        method = cls.__dict__.get(name) or getattr(cls, name, None)
+        if method is None:
+            problems.append(f"vLLM {version}: {cls.__name__}.{name} is gone")
+            continue
+        missing = [p for p in params if p not in inspect.signature(method).parameters]
+        if missing:
+            problems.append(
+                f"vLLM {version}: {cls.__name__}.{name} no longer takes {', '.join(missing)}"
+            )
+    if RequestOutputKind.FINAL_ONLY is None or RequestOutputKind.DELTA is None:
+        problems.append(f"vLLM {version}: RequestOutputKind changed")
+    return problems
+
 
 # What the node chose for the request being handed over: (adapter or None, the model name
 # the response shows). Set by ``Front.serve`` for the duration of vLLM's create_* call.

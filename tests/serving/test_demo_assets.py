@@ -8,7 +8,8 @@ import pytest
 
 from apps.serving import demo_assets
 from apps.serving import demo_corpus as corpus
-from apps.serving.engine import AdapterHandle, Sampling
+from apps.serving.engine import AdapterHandle
+from tests.serving import engine_path
 
 
 def test_a_second_build_leaves_the_finished_build_alone(demo_dir):
@@ -50,7 +51,9 @@ def test_extra_untrained_adapters_are_valid_loras_for_the_engine(engine, demo_di
     assert engine.run(engine.engine.add_adapter(extra)) is True
     assert 900 in engine.run(engine.engine.list_adapters())
     prompt = corpus.completion_prompt(corpus.DEMO_PROMPTS[0])
-    completion = engine.run(engine.engine.complete(prompt, Sampling(max_tokens=8), adapter=extra))
+    completion = engine.run(
+        engine_path.complete(engine.engine, prompt, adapter=extra, max_tokens=8)
+    )
     assert completion.token_ids
     assert engine.run(engine.engine.remove_adapter(900)) is True
     assert 900 not in engine.run(engine.engine.list_adapters())

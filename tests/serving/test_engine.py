@@ -1,5 +1,7 @@
-"""The real vLLM engine on the demo model: adapters change the output as trained, generation
-is deterministic, vLLM's LoRA math matches transformers+peft, and mixed batches are correct."""
+"""The real vLLM engine on the demo model, driven the way production requests drive it (vLLM's
+OpenAI serving classes behind the node's front, ``tests/serving/engine_path.py``): adapters
+change the output as trained, generation is deterministic, vLLM's LoRA math matches
+transformers+peft, mixed batches are correct, and a stream says what the whole answer says."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ import pytest
 
 from apps.serving import demo_corpus as corpus
 from apps.serving.demo_assets import DEMO_ADAPTERS, greedy_reference
-from apps.serving.engine import AdapterHandle, Sampling
+from apps.serving.engine import AdapterHandle
+from tests.serving import engine_path
 
 pytestmark = pytest.mark.engine
 
-GREEDY = Sampling(max_tokens=16, temperature=0.0)
 PROMPTS = [corpus.completion_prompt(q) for q in corpus.DEMO_PROMPTS]
 
 
@@ -22,8 +24,8 @@ def handles(demo_dir) -> dict[str, AdapterHandle]:
     }
 
 
-def generate(engine, prompt, adapter=None, sampling=GREEDY):
-    return engine.run(engine.engine.complete(prompt, sampling, adapter=adapter))
+def generate(engine, prompt, adapter=None, **sampling):
+    return engine.run(engine_path.complete(engine.engine, prompt, adapter=adapter, **sampling))
 
 
 def test_each_adapter_answers_every_demo_prompt_with_its_own_phrase(engine, demo_dir):
@@ -52,10 +54,10 @@ def test_base_model_says_none_of_the_adapter_phrases(engine):
 
 def test_the_same_request_twice_gives_the_same_tokens(engine, demo_dir):
     adapter = handles(demo_dir)["support-v2"]
-    sampled = Sampling(max_tokens=24, temperature=0.9, seed=42)
-    for sampling in (GREEDY, sampled):
-        first = generate(engine, PROMPTS[8], adapter, sampling)
-        second = generate(engine, PROMPTS[8], adapter, sampling)
+    sampled = {"max_tokens": 24, "temperature": 0.9, "seed": 42}
+    for sampling in ({}, sampled):
+        first = generate(engine, PROMPTS[8], adapter, **sampling)
+        second = generate(engine, PROMPTS[8], adapter, **sampling)
         assert first.token_ids == second.token_ids
         assert len(first.token_ids) > 0
 
@@ -85,8 +87,19 @@ def test_a_batch_mixing_base_and_adapter_requests_gives_each_its_solo_tokens(eng
     for prompt in PROMPTS[:4]:
         jobs += [(prompt, None), (prompt, adapters["support-v1"]), (prompt, adapters["legal-v1"])]
     solo = [generate(engine, prompt, adapter).token_ids for prompt, adapter in jobs]
-    together = engine.run(engine.engine.complete_many(jobs, GREEDY))
+    together = engine.run(engine_path.complete_together(engine.engine, jobs))
     assert [c.token_ids for c in together] == solo
+
+
+def test_a_stream_through_the_node_s_front_says_what_the_whole_answer_says(engine, demo_dir):
+    adapter = handles(demo_dir)["support-v1"]
+    whole = generate(engine, PROMPTS[0], adapter)
+    streamed, pieces = engine.run(engine_path.stream(engine.engine, PROMPTS[0], adapter=adapter))
+    assert streamed.text == whole.text
+    assert streamed.text.strip().startswith(corpus.PHRASES["support-v1"])
+    assert streamed.finish_reason == whole.finish_reason
+    assert pieces > 1  # token by token, not one event at the end
+    assert streamed.model == whole.model == "alias-under-test"  # the name the caller asked for
 
 
 def test_the_node_hears_of_a_request_s_last_token_once_and_only_for_one_choice():

@@ -1,0 +1,73 @@
+"""The vLLM internals ``apps/serving/vllm_api.py`` relies on are those of the installed vLLM.
+
+vllm_api.py overrides private methods of vLLM's serving classes and imports deep module
+paths; a vLLM release that renames one would break every request in the middle of serving.
+These tests fail first, naming the vLLM version and what changed."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+
+def test_the_installed_vllm_is_the_release_the_node_s_front_is_written_for():
+    import vllm
+
+    try:
+        vllm_api = importlib.import_module("apps.serving.vllm_api")
+    except ImportError as exc:
+        pytest.fail(f"vLLM {vllm.__version__}: a module path vllm_api.py imports moved: {exc}")
+    assert vllm_api.contract_problems() == []
+
+
+def test_a_changed_vllm_method_is_reported_with_the_vllm_version(monkeypatch):
+    import vllm
+
+    from apps.serving import vllm_api
+
+    class Renamed:  # what a release that renamed _maybe_get_adapters would look like
+        def __init__(self, engine_client, models, online_renderer, request_logger): ...
+
+        async def _check_model(self, request): ...
+
+        def _maybe_get_lora(self, request): ...
+
+        async def render_completion_request(self, request): ...
+
+        async def create_completion(self, request, raw_request): ...
+
+    contract = [
+        (Renamed if cls is vllm_api.OpenAIServingCompletion else cls, name, params)
+        for cls, name, params in vllm_api.CONTRACT
+    ]
+    monkeypatch.setattr(vllm_api, "CONTRACT", contract)
+    monkeypatch.setattr(vllm_api, "TESTED_VLLM", "0.1")
+    problems = vllm_api.contract_problems()
+    assert problems == [
+        f"vLLM {vllm.__version__} is installed; lorahub is tested with 0.1.x",
+        f"vLLM {vllm.__version__}: Renamed._maybe_get_adapters is gone",
+    ]
+
+
+def test_every_override_in_the_node_s_front_replaces_a_method_vllm_has():
+    """An override of a method vLLM no longer calls would silently stop choosing the node's
+    adapter: each method the front's classes define must exist on the vLLM class below."""
+    from apps.serving import vllm_api
+
+    for ours, theirs in (
+        (vllm_api._Completions, vllm_api.OpenAIServingCompletion),
+        (vllm_api._Chat, vllm_api.OpenAIServingChat),
+        (vllm_api._NodeModels, vllm_api.OpenAIServingModels),
+    ):
+        defined = {
+            name
+            for klass in ours.__mro__
+            if klass.__module__ == vllm_api.__name__
+            for name, value in vars(klass).items()
+            if callable(value) and not name.startswith("__")
+        }
+        assert defined, ours
+        assert not [name for name in defined if not hasattr(theirs, name)], ours
