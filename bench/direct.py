@@ -1,7 +1,7 @@
 """vLLM's Python API without the node's front: ``AsyncLLM.generate`` on an ``Engine``'s vLLM.
 
 The node never generates this way (its requests go through vLLM's OpenAI serving classes,
-``apps/serving/vllm_api.py``); benchmarks use it as the floor the node is measured against
+``apps/serving/node/vllm_front.py``); benchmarks use it as the floor the node is measured against
 (``node_overhead.py``) and to time loads without HTTP (``load_tiers.py``,
 ``engine_baseline.py``).
 """
@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
-from apps.serving.engine import AdapterHandle, Engine
+from apps.serving.node.engine import AdapterHandle, Engine
 
 
 @dataclass(frozen=True)

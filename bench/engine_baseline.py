@@ -42,7 +42,7 @@ async def main(n: int) -> None:
 
     from apps.serving import demo_corpus as corpus
     from apps.serving.demo_assets import build_demo_assets
-    from apps.serving.engine import AdapterHandle, Engine, EngineSettings
+    from apps.serving.node.engine import AdapterHandle, Engine, EngineSettings
     from bench.direct import Sampling, complete
 
     demo = build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir

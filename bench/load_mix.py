@@ -204,7 +204,7 @@ def main() -> None:
         mix = publish_mix(ZIPF_ALIASES)
         from django.conf import settings
 
-        from apps.serving.engine import EngineSettings
+        from apps.serving.node.engine import EngineSettings
 
         engine = EngineSettings.from_django_settings()
         demo = Path(settings.LORAHUB_DEMO_DIR)

@@ -11,7 +11,7 @@
 * Hot-request TTFT while cold loads run, against hot TTFT with none running.
 
 Real parts: moto's S3 server over HTTP, the vLLM engine on the demo model, the node's own
-``Placement``. Usage: .venv/bin/python bench/load_tiers.py [--repeats 20] [--hot 150]
+``CacheManager``. Usage: .venv/bin/python bench/load_tiers.py [--repeats 20] [--hot 150]
 """
 
 from __future__ import annotations
@@ -93,10 +93,10 @@ async def main(repeats: int, hot_samples: int) -> None:
     from apps.registry.validation import sha256_file
     from apps.serving import demo_corpus as corpus
     from apps.serving.cache import download
+    from apps.serving.cache.manager import CacheManager, Limits
     from apps.serving.cache.policy import LRU
     from apps.serving.demo_assets import build_demo_assets
-    from apps.serving.engine import Engine, EngineSettings
-    from apps.serving.placement import Limits, Placement
+    from apps.serving.node.engine import Engine, EngineSettings
     from bench.direct import Sampling, complete
     from tests.helpers import signed_version  # how a node sees a signed version
 
@@ -171,7 +171,7 @@ async def main(repeats: int, hot_samples: int) -> None:
         )
         engine.start()
         download.start()
-        placement = Placement(
+        placement = CacheManager(
             engine=engine,
             store=store,
             root=work / "cache",

@@ -136,7 +136,7 @@ def through_node(env: dict[str, str], key: str, alias: str, prompt: str, n: int)
 
 
 async def direct(prompt: str, n: int, adapter_dir: Path) -> list[float]:
-    from apps.serving.engine import AdapterHandle, Engine, EngineSettings
+    from apps.serving.node.engine import AdapterHandle, Engine, EngineSettings
     from bench.direct import Sampling, complete
 
     engine = Engine(EngineSettings.from_django_settings())

@@ -442,7 +442,7 @@ def engine_starting(demo_dir) -> Iterator[Future[EngineRunner]]:
     """The in-process engine's start, begun in a background thread (``engine`` waits for it;
     ``_start_engines_early`` begins it at the session's first test). Closing it ends here,
     after the serving node has stopped (see ``_start_engines_early``); ``engine`` begins it."""
-    from apps.serving.engine import Engine, EngineSettings
+    from apps.serving.node.engine import Engine, EngineSettings
 
     engine_settings = dataclasses.replace(
         EngineSettings.from_django_settings(), max_loras=2, max_cpu_loras=4

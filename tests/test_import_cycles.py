@@ -24,6 +24,22 @@ def module_names(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
     return found
 
 
+def imported_names(path: Path, package: str) -> set[str]:
+    """Every dotted name an import statement in ``path`` names (``from a import b`` names
+    ``a`` and ``a.b``), relative imports resolved from ``package``; outside modules too."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package up
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            names.update([base, *(f"{base}.{alias.name}" for alias in node.names)])
+    return names
+
+
 def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     """module -> the project's modules it imports, from every import statement in it."""
     modules = module_names(root, packages)
@@ -36,21 +52,10 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:  # relative: from the package up
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*up, base] if base else up)
-                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-            else:
-                continue
-            for target in targets:
-                found = owner(target) if target.split(".")[0] in packages else None
-                if found and found != name:
-                    graph[name].add(found)
+        for target in imported_names(path, package):
+            found = owner(target) if target.split(".")[0] in packages else None
+            if found and found != name:
+                graph[name].add(found)
     return graph
 
 

@@ -267,8 +267,6 @@ def _alias_or_404(tenant, name: str) -> Alias:
 
 @require(signed_in, "signed-in users")
 def alias_detail(request: HttpRequest, slug: str, name: str) -> HttpResponse:
-    from apps.serving.dashboards import canary_evidence  # serving reads registry, not back
-
     tenant = tenant_or_404(principal_of(request), slug)
     alias = _alias_or_404(tenant, name)
     history = AliasEvent.objects.filter(alias=alias).select_related(
@@ -284,7 +282,6 @@ def alias_detail(request: HttpRequest, slug: str, name: str) -> HttpResponse:
             "history": history,
             "approved": same_adapter,
             "rollback_to": aliases.previous_stable_version(alias),
-            "evidence": canary_evidence(alias) if alias.canary_version_id else None,
             "actions": AliasAction,
             "section": "aliases",
         },

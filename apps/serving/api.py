@@ -8,7 +8,8 @@ from typing import Literal
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from apps.serving import config, fleet, nodes, quarantine
+from apps.serving import config, node_registry, quarantine
+from apps.serving.console import node_client
 from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import Invalid
 
@@ -51,14 +52,14 @@ def list_nodes(request: HttpRequest):
     """Every registered serving node: address, base model and revision, LoRA limits, state
     (ready, starting, restarting, dead, lost: no heartbeat lately, stopped), last heartbeat."""
     _operator(request)
-    return fleet.listing()
+    return node_registry.listing()
 
 
 @router.get("/nodes/{name}/cache", response=dict, tags=["nodes"])
 def node_cache(request: HttpRequest, name: str):
     """One node's cache, read from the node: policy, limits, residents per tier."""
     _operator(request)
-    return nodes.cache_state(nodes.node_named(name))
+    return node_client.cache_state(node_client.node_named(name))
 
 
 class AliasActionIn(Schema):
@@ -69,7 +70,7 @@ class AliasActionIn(Schema):
 
 def _alias_action(request: HttpRequest, body: AliasActionIn, verb: str) -> dict:
     principal = _operator(request)
-    results = nodes.alias_action(
+    results = node_client.alias_action(
         tenant_slug=body.tenant, alias=body.alias, verb=verb, tier=body.tier, actor=principal.user
     )
     return {"alias": body.alias, "tier": body.tier, "results": results}

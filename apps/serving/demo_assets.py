@@ -11,7 +11,7 @@ is left alone. It writes to a temporary directory and renames it into place, so 
 build never leaves a half-built model behind. Before it finishes it checks, with transformers,
 that every demo prompt gets each adapter's phrase and that the base model says none of them.
 
-Like ``engine.py`` this module imports torch lazily: training is the one place outside the
+Like ``node/engine.py`` this module imports torch lazily: training is the one place outside the
 engine that needs it, and the web console must start without it.
 """
 

@@ -1,6 +1,6 @@
 """Generation for the engine tests through the path production requests take: vLLM's OpenAI
 serving classes behind the node's front (``Engine.openai_request`` then ``Engine.openai``,
-as ``apps/serving/inference.py`` calls them), with the adapter the node chose."""
+as ``apps/serving/node/requests.py`` calls them), with the adapter the node chose."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from apps.serving.engine import AdapterHandle, Engine
-from apps.serving.generation import Generation
+from apps.serving.node.engine import AdapterHandle, Engine
+from apps.serving.node.generation import Generation
 
 
 @dataclass(frozen=True)

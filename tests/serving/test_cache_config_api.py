@@ -8,8 +8,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from apps.serving.config import effective_config, set_config
-from apps.serving.engine import EngineSettings, device_slot_bytes
 from apps.serving.models import CacheSettings
+from apps.serving.node.engine import EngineSettings, device_slot_bytes
 from apps.tenants.models import AuditEvent
 from lorahub.cacheconfig import parse_cache_config
 from tests.helpers import key_client, user_client

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from apps.serving import dashboards
+from apps.serving.console import dashboards
 from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
 from apps.serving.models import RequestMinute, RequestRollup
 from apps.serving.stats import RequestRecord, write_records

@@ -8,7 +8,7 @@ import pytest
 
 from apps.serving import demo_assets
 from apps.serving import demo_corpus as corpus
-from apps.serving.engine import AdapterHandle
+from apps.serving.node.engine import AdapterHandle
 from tests.serving import engine_path
 
 

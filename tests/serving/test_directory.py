@@ -7,8 +7,8 @@ import pytest
 
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.serving import quarantine
-from apps.serving.directory import Directory
 from apps.serving.models import CacheSettings, Quarantine
+from apps.serving.node.lookups import Lookups
 from apps.tenants import services as tenant_services
 from apps.tenants.models import Quota, Tenant
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the marker closes its co
 
 
 def test_the_change_marker_moves_on_every_change_a_polling_node_must_see(tenant_a):
-    directory = Directory()
+    directory = Lookups()
     adapter = Adapter.objects.create(tenant=tenant_a, adapter_id="support")
     v1 = AdapterVersion.objects.create(adapter=adapter, version="v1")
     v2 = AdapterVersion.objects.create(adapter=adapter, version="v2")

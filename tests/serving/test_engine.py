@@ -9,7 +9,7 @@ import pytest
 
 from apps.serving import demo_corpus as corpus
 from apps.serving.demo_assets import DEMO_ADAPTERS, greedy_reference
-from apps.serving.engine import AdapterHandle
+from apps.serving.node.engine import AdapterHandle
 from tests.serving import engine_path
 
 pytestmark = pytest.mark.engine
@@ -81,7 +81,7 @@ def test_greedy_tokens_equal_transformers_and_peft_on_the_same_weights(engine, d
 
 
 def test_a_batch_mixing_base_and_adapter_requests_gives_each_its_solo_tokens(engine, demo_dir):
-    """Fails without apps/serving/lora_fix.py: base rows would pick up the last LoRA slot."""
+    """Fails without apps/serving/node/lora_fix.py: base rows would pick up the last LoRA slot."""
     adapters = handles(demo_dir)
     jobs = []
     for prompt in PROMPTS[:4]:
@@ -109,8 +109,8 @@ def test_the_node_hears_of_a_request_s_last_token_once_and_only_for_one_choice()
     import asyncio
     from types import SimpleNamespace
 
-    from apps.serving.generation import Generation
-    from apps.serving.vllm_api import _NodeEngine
+    from apps.serving.node.generation import Generation
+    from apps.serving.node.vllm_front import _NodeEngine
 
     def output(tokens: int, finished: bool = False):
         piece = SimpleNamespace(index=0, token_ids=list(range(tokens)))

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.test import Client
 
 from apps.serving import demo_corpus as corpus
-from apps.serving import fleet as fleet_registry
+from apps.serving import node_registry as fleet_registry
 from apps.serving.haproxy import Backend, render
 from apps.serving.models import ServingNode
 from apps.tenants import services as tenant_services

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.serving import lora_fix
+from apps.serving.node import lora_fix
 
 # vLLM's own ops (not the engine on the demo model); torch and vLLM are imported by fixtures,
 # so that this module is collected (and deselected) where they are not installed

@@ -20,7 +20,7 @@ import pytest
 from django.test import Client
 
 from apps.serving import demo_corpus as corpus
-from apps.serving.engine import EngineSettings
+from apps.serving.node.engine import EngineSettings
 from apps.tenants import services as tenant_services
 from tests.conftest import free_port, stop
 

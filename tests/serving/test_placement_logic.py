@@ -18,14 +18,14 @@ from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import LocalStore
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.gate import DeviceGate
-from apps.serving.cache.policy import LRU
-from apps.serving.placement import (
+from apps.serving.cache.manager import (
     AdapterIntegrityError,
+    CacheManager,
     Limits,
     LoadDeadline,
     LoadQueueFull,
-    Placement,
 )
+from apps.serving.cache.policy import LRU
 from tests.helpers import signed_version
 
 
@@ -75,7 +75,7 @@ def world(tmp_path, demo_dir):
         return replace(base, version_id=n, version=f"v{n}", tenant_id=tenant)
 
     engine = StandInEngine()
-    placement = Placement(
+    placement = CacheManager(
         engine=engine,  # type: ignore[arg-type]
         store=store,
         root=tmp_path / "disk",

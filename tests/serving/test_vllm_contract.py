@@ -1,6 +1,6 @@
-"""The vLLM internals ``apps/serving/vllm_api.py`` relies on are those of the installed vLLM.
+"""The vLLM internals ``apps/serving/node/vllm_front.py`` relies on are those of the installed vLLM.
 
-vllm_api.py overrides private methods of vLLM's serving classes and imports deep module
+vllm_front.py overrides private methods of vLLM's serving classes and imports deep module
 paths; a vLLM release that renames one would break every request in the middle of serving.
 These tests fail first, naming the vLLM version and what changed."""
 
@@ -17,16 +17,16 @@ def test_the_installed_vllm_is_the_release_the_node_s_front_is_written_for():
     import vllm
 
     try:
-        vllm_api = importlib.import_module("apps.serving.vllm_api")
+        vllm_front = importlib.import_module("apps.serving.node.vllm_front")
     except ImportError as exc:
-        pytest.fail(f"vLLM {vllm.__version__}: a module path vllm_api.py imports moved: {exc}")
-    assert vllm_api.contract_problems() == []
+        pytest.fail(f"vLLM {vllm.__version__}: a module path vllm_front.py imports moved: {exc}")
+    assert vllm_front.contract_problems() == []
 
 
 def test_a_changed_vllm_method_is_reported_with_the_vllm_version(monkeypatch):
     import vllm
 
-    from apps.serving import vllm_api
+    from apps.serving.node import vllm_front
 
     class Renamed:  # what a release that renamed _maybe_get_adapters would look like
         def __init__(self, engine_client, models, online_renderer, request_logger): ...
@@ -40,12 +40,12 @@ def test_a_changed_vllm_method_is_reported_with_the_vllm_version(monkeypatch):
         async def create_completion(self, request, raw_request): ...
 
     contract = [
-        (Renamed if cls is vllm_api.OpenAIServingCompletion else cls, name, params)
-        for cls, name, params in vllm_api.CONTRACT
+        (Renamed if cls is vllm_front.OpenAIServingCompletion else cls, name, params)
+        for cls, name, params in vllm_front.CONTRACT
     ]
-    monkeypatch.setattr(vllm_api, "CONTRACT", contract)
-    monkeypatch.setattr(vllm_api, "TESTED_VLLM", "0.1")
-    problems = vllm_api.contract_problems()
+    monkeypatch.setattr(vllm_front, "CONTRACT", contract)
+    monkeypatch.setattr(vllm_front, "TESTED_VLLM", "0.1")
+    problems = vllm_front.contract_problems()
     assert problems == [
         f"vLLM {vllm.__version__} is installed; lorahub is tested with 0.1.x",
         f"vLLM {vllm.__version__}: Renamed._maybe_get_adapters is gone",
@@ -55,17 +55,17 @@ def test_a_changed_vllm_method_is_reported_with_the_vllm_version(monkeypatch):
 def test_every_override_in_the_node_s_front_replaces_a_method_vllm_has():
     """An override of a method vLLM no longer calls would silently stop choosing the node's
     adapter: each method the front's classes define must exist on the vLLM class below."""
-    from apps.serving import vllm_api
+    from apps.serving.node import vllm_front
 
     for ours, theirs in (
-        (vllm_api._Completions, vllm_api.OpenAIServingCompletion),
-        (vllm_api._Chat, vllm_api.OpenAIServingChat),
-        (vllm_api._NodeModels, vllm_api.OpenAIServingModels),
+        (vllm_front._Completions, vllm_front.OpenAIServingCompletion),
+        (vllm_front._Chat, vllm_front.OpenAIServingChat),
+        (vllm_front._NodeModels, vllm_front.OpenAIServingModels),
     ):
         defined = {
             name
             for klass in ours.__mro__
-            if klass.__module__ == vllm_api.__name__
+            if klass.__module__ == vllm_front.__name__
             for name, value in vars(klass).items()
             if callable(value) and not name.startswith("__")
         }

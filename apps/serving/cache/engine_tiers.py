@@ -6,7 +6,7 @@
 - L2, vLLM's host LoRA cache (``max_cpu_loras``): the rest of what is in the engine.
 
 This module keeps the bookkeeping (which records are in the engine, pinned or held) and
-answers the questions the cache manager (``placement.py``) asks: which tier a version is in,
+answers the questions the cache manager (``manager.py``) asks: which tier a version is in,
 what must go to make room, what idled past the TTL, whether one more pin is allowed. It calls
 no engine: the manager does, and tells it what changed. Every fact about a version lives in
 its record (``versions.py``); the dicts here index records.

@@ -4,7 +4,7 @@ Loading is single-flight per version (one fetch and one engine add however many 
 wait: the task is the record's ``loading``), and bounded: at most ``max_concurrent_fetches``
 downloads from the registry and ``max_concurrent_loads`` engine adds run at once, and at most
 ``max_pending`` versions may be loading or queued. A request that finds the queue full waits
-for room (within its deadline) or is refused, as its tenant tier decides (``placement.py``).
+for room (within its deadline) or is refused, as its tenant tier decides (``manager.py``).
 """
 
 from __future__ import annotations

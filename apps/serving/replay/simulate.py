@@ -1,6 +1,6 @@
 """Replay a trace through the node's tier model with the node's own policy objects.
 
-The model follows the node's cache manager (``apps/serving/placement.py`` and the tiers in
+The model follows the node's cache manager (``apps/serving/cache/manager.py`` and the tiers in
 ``apps/serving/cache/``) step by step, so that a replay of the node's
 request log reports the tiers the node reported (a test checks it on a real node's log):
 

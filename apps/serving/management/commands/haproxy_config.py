@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.serving import fleet, haproxy
+from apps.serving import haproxy, node_registry
 
 
 class Command(BaseCommand):
@@ -33,7 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--stats-socket", default="", help="HAProxy's runtime API socket")
 
     def handle(self, *args, output: Path | None, **options) -> None:
-        backends = [haproxy.Backend(node.name, node.url) for node in fleet.routable()]
+        backends = [haproxy.Backend(node.name, node.url) for node in node_registry.routable()]
         try:
             text = haproxy.render(
                 backends,

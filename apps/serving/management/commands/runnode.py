@@ -14,7 +14,7 @@ class Command(BaseCommand):
     def handle(self, *args, host: str, port: int, **options) -> None:
         import uvicorn
 
-        from apps.serving.node import build_app
+        from apps.serving.node.assembly import build_app
 
         # The node registers the address it listens on (unless LORAHUB_NODE_URL says otherwise).
         settings.LORAHUB_NODE_HOST, settings.LORAHUB_NODE_PORT = host, port

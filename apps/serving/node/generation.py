@@ -1,5 +1,5 @@
 """What crosses from the engine to the request path: its errors, and what one OpenAI request
-did in it. No vLLM here: ``engine.py`` and ``vllm_api.py`` both import this module, and the
+did in it. No vLLM here: ``engine.py`` and ``vllm_front.py`` both import this module, and the
 request path catches these without importing either's vLLM side.
 """
 

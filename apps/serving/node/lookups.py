@@ -78,7 +78,7 @@ def _digest(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode()).hexdigest()
 
 
-class Directory:
+class Lookups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._callers: dict[str, Caller | float] = {}  # digest -> Caller, or miss time

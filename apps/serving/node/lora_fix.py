@@ -127,8 +127,8 @@ def register() -> None:
     if base_rows_stay_clean(lora_ops.bgmv_shrink, lora_ops.bgmv_expand, lora_ops.bgmv_expand_slice):
         logger.warning(
             "lorahub: vLLM's own CPU LoRA ops already give base-model rows no adapter (the "
-            "upstream fix, vLLM PR #48421); not patching them. apps/serving/lora_fix.py and its "
-            "entry point in pyproject.toml can be removed"
+            "upstream fix, vLLM PR #48421); not patching them. apps/serving/node/lora_fix.py "
+            "and its entry point in pyproject.toml can be removed"
         )
         return
     for name in _FIXED:

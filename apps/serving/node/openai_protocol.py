@@ -1,7 +1,7 @@
 """What the node accepts of OpenAI's request bodies, and its error shape. Pure: no vLLM.
 
 The protocol work itself (request models, sampling, chat templates, logprobs, response
-shapes) is vLLM's (``vllm_api.py``). This module decides which of the fields vLLM would
+shapes) is vLLM's (``vllm_front.py``). This module decides which of the fields vLLM would
 accept a tenant may send: an explicit allow-list per endpoint. vLLM's request models also
 take fields that reach into the engine or other tenants' requests (``prompt_embeds``,
 ``kv_transfer_params``, ``vllm_xargs``, ``cache_salt``, ``request_id``, ``priority``, a

@@ -15,8 +15,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from apps.serving import charts, config
+from apps.serving import config
 from apps.serving.cache.policy import POLICIES
+from apps.serving.console import charts
 from apps.serving.models import ReplayRun
 from apps.serving.replay import run
 from apps.serving.replay.simulate import Capacity

@@ -1,7 +1,7 @@
 """Console pages of the serving side: the overview, quota usage, dashboards, the cache
 configuration and the nodes' live cache state.
 
-Node state is read server-side from each node's internal API (``nodes.py``) with the internal
+Node state is read server-side from each node's internal API (``node_client.py``) with the internal
 token; the browser never talks to a node.
 """
 
@@ -19,8 +19,9 @@ from django.views.decorators.http import require_POST
 
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
-from apps.serving import charts, config, dashboards, nodes, quarantine
+from apps.serving import config, quarantine
 from apps.serving.cache.policy import POLICIES
+from apps.serving.console import charts, dashboards, node_client
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
@@ -94,7 +95,12 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "serving/home.html",
-        {"rows": rows, "pending": pending, "nodes": nodes.configured_nodes(), "section": "home"},
+        {
+            "rows": rows,
+            "pending": pending,
+            "nodes": node_client.configured_nodes(),
+            "section": "home",
+        },
     )
 
 
@@ -104,9 +110,9 @@ def home(request: HttpRequest) -> HttpResponse:
 def _residency(tenant_id: int) -> tuple[list[dict], list[str]]:
     """Per node, how many of the tenant's versions are in L1 (device) and L1+L2 (engine)."""
     rows, problems = [], []
-    for node in nodes.configured_nodes():
+    for node in node_client.configured_nodes():
         try:
-            state = nodes.cache_state(node)
+            state = node_client.cache_state(node)
         except DomainError as exc:
             problems.append(exc.message)
             continue
@@ -375,13 +381,13 @@ def cache_config(request: HttpRequest) -> HttpResponse:
 @require(operators, "operators")
 def nodes_page(request: HttpRequest) -> HttpResponse:
     states = []
-    for node in nodes.configured_nodes():
+    for node in node_client.configured_nodes():
         if node.state == "lost":
             age = node.registered["heartbeat_age_s"] if node.registered else 0
             states.append({"node": node, "error": f"no heartbeat for {age:.0f} s: is it running?"})
             continue
         try:
-            state = nodes.cache_state(node)
+            state = node_client.cache_state(node)
         except DomainError as exc:
             states.append({"node": node, "error": exc.message})
             continue
@@ -423,13 +429,13 @@ def quarantine_lift(request: HttpRequest, quarantine_id: int) -> HttpResponse:
 @require_POST
 @require(operators, "operators")
 def alias_action(request: HttpRequest, verb: str) -> HttpResponse:
-    """Warm or evict an alias on the node(s) that own it (``nodes.alias_action``)."""
+    """Warm or evict an alias on the node(s) that own it (``node_client.alias_action``)."""
     back = reverse("serving:nodes")
     tier, slug, name = (request.POST.get(k, "").strip() for k in ("tier", "tenant", "alias"))
-    if verb not in ("warm", "evict") or tier not in nodes.TIERS:
+    if verb not in ("warm", "evict") or tier not in node_client.TIERS:
         raise Http404("no such alias action")
     try:
-        outcome = nodes.alias_action(
+        outcome = node_client.alias_action(
             tenant_slug=slug, alias=name, verb=verb, tier=tier, actor=principal_of(request).user
         )
     except DomainError as exc:
@@ -451,12 +457,12 @@ def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
     back = reverse("serving:nodes")
     tier = request.POST.get("tier", "")
     try:
-        target = nodes.node_named(node)
+        target = node_client.node_named(node)
         version_id = int(request.POST.get("version_id", ""))
     except (ValueError, DomainError):
         messages.error(request, "choose a node and a version id (a whole number)")
         return redirect(back)
-    if tier not in nodes.TIERS or verb not in ("warm", "evict"):
+    if tier not in node_client.TIERS or verb not in ("warm", "evict"):
         raise Http404("no such node action")
     version = AdapterVersion.objects.select_related("adapter__tenant").filter(pk=version_id).first()
     if version is None:
@@ -464,7 +470,7 @@ def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
         return redirect(back)
 
     def run() -> None:
-        call = nodes.warm if verb == "warm" else nodes.evict
+        call = node_client.warm if verb == "warm" else node_client.evict
         result = call(target, version_id=version_id, tier=tier)
         tenant_services.record_event(
             action=f"node.{verb}",

@@ -23,20 +23,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from apps.registry.aliases import AliasSnapshot, ResolvedVersion
-from apps.serving import blocking
-from apps.serving import openai_api as oai
 from apps.serving.cache.engine_tiers import Owner
-from apps.serving.directory import UNKNOWN, Caller
-from apps.serving.engine import EngineDied, EngineNotReady, EngineRefused, Generation
-from apps.serving.fleet import node_header
-from apps.serving.placement import (
+from apps.serving.cache.manager import (
     AdapterIntegrityError,
     DiskFull,
     LoadDeadline,
     LoadQueueFull,
     Placed,
 )
-from apps.serving.state import NodeState
+from apps.serving.node import offload
+from apps.serving.node import openai_protocol as oai
+from apps.serving.node.engine import EngineDied, EngineNotReady, EngineRefused, Generation
+from apps.serving.node.lookups import UNKNOWN, Caller
+from apps.serving.node.state import NodeState
+from apps.serving.node_registry import node_header
 from apps.serving.stats import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class Trace:
+class RequestTrace:
     """What one request did, for its headers, its metrics and its statistics row."""
 
     started: float = field(default_factory=time.perf_counter)
@@ -140,7 +140,7 @@ class _Started(Generic[T]):
         await self._rest.aclose()
 
 
-class Inference:
+class RequestPath:
     def __init__(self, node: NodeState) -> None:
         self.node = node
 
@@ -169,7 +169,7 @@ class Inference:
             )
         directory = self.node.directory
         known = directory.cached_caller(token.strip())
-        caller = await blocking.run(directory.caller, token.strip()) if known is UNKNOWN else known
+        caller = await offload.run(directory.caller, token.strip()) if known is UNKNOWN else known
         if not isinstance(caller, Caller):
             throttle.failed(client)
             raise oai.ApiError(
@@ -180,7 +180,7 @@ class Inference:
             )
         return caller
 
-    async def resolve(self, trace: Trace, model: str, request_key: str) -> None:
+    async def resolve(self, trace: RequestTrace, model: str, request_key: str) -> None:
         """Fill ``trace.resolved`` (None for the base model) and admit the request."""
         node, caller = self.node, trace.caller
         assert caller is not None
@@ -190,7 +190,7 @@ class Inference:
             trace.alias = model
             known = node.directory.cached_alias(caller.tenant_id, model)
             snapshot = (
-                await blocking.run(node.directory.alias, caller.tenant_id, model)
+                await offload.run(node.directory.alias, caller.tenant_id, model)
                 if known is UNKNOWN
                 else known
             )
@@ -264,12 +264,12 @@ class Inference:
             )
         node.waiting += 1
 
-    async def acquire_slot(self, trace: Trace) -> None:
+    async def acquire_slot(self, trace: RequestTrace) -> None:
         waited = time.perf_counter()
         await self.node.slots.acquire()
         trace.queue_ms = (time.perf_counter() - waited) * 1000
 
-    async def place(self, trace: Trace):
+    async def place(self, trace: RequestTrace):
         """Step 4: the adapter's handle, once it is in the engine; None for the base model.
 
         A request waits for a cold load as long as its tenant tier's deadline allows. When
@@ -336,19 +336,19 @@ class Inference:
         trace.held = placed.handle.lora_id
         return placed.handle
 
-    def leave_engine(self, trace: Trace) -> None:
+    def leave_engine(self, trace: RequestTrace) -> None:
         """The request is out of the engine's batch (once per request)."""
         if trace.active:
             self.node.placement.leave_engine(trace.held, finishing=trace.finishing)
             trace.active = False
 
-    def finishing(self, trace: Trace) -> None:
+    def finishing(self, trace: RequestTrace) -> None:
         """The request has one token left: its device slot may go to the next adapter."""
         if trace.active and not trace.finishing:
             trace.finishing = True
             self.node.placement.finishing_in_engine(trace.held)
 
-    def let_go(self, trace: Trace) -> None:
+    def let_go(self, trace: RequestTrace) -> None:
         """The request no longer needs its adapter in the engine (once per request)."""
         self.leave_engine(trace)
         if trace.held is not None:
@@ -364,10 +364,10 @@ class Inference:
         return await self._handle(request, chat=True)
 
     async def models(self, request: Request) -> Response:
-        trace = Trace()
+        trace = RequestTrace()
         try:
             trace.caller = await self.authenticate(request)
-            names = await blocking.run(self.node.directory.aliases_of, trace.caller.tenant_id)
+            names = await offload.run(self.node.directory.aliases_of, trace.caller.tenant_id)
             cards = self.node.engine.model_cards(names, trace.caller.tenant_slug)
         except oai.ApiError as exc:
             return self._error(exc, trace)
@@ -378,7 +378,7 @@ class Inference:
         return JSONResponse({"object": "list", "data": cards}, headers=node_header())
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
-        trace = Trace()
+        trace = RequestTrace()
         slot = queued = streaming = False
         try:
             trace.caller = await self.authenticate(request)
@@ -466,7 +466,7 @@ class Inference:
             if not streaming:
                 self.let_go(trace)
 
-    def _observe(self, trace: Trace, generation: Generation) -> None:
+    def _observe(self, trace: RequestTrace, generation: Generation) -> None:
         if trace.ttft_ms is None and generation.first_token_s is not None:
             trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
         trace.prompt_tokens = generation.prompt_tokens
@@ -498,7 +498,7 @@ class Inference:
         self,
         first_event: str,
         events: AsyncGenerator[str, None],
-        trace: Trace,
+        trace: RequestTrace,
         generation: Generation,
     ) -> AsyncGenerator[bytes, None]:
         status = 200
@@ -538,7 +538,7 @@ class Inference:
 
     # --- step 5 ----------------------------------------------------------------------------
 
-    def _finish(self, trace: Trace, status: int, error: str = "") -> None:
+    def _finish(self, trace: RequestTrace, status: int, error: str = "") -> None:
         metrics, caller, resolved = self.node.metrics, trace.caller, trace.resolved
         tenant = caller.tenant_slug if caller else "anonymous"
         adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
@@ -572,7 +572,7 @@ class Inference:
             )
         )
 
-    def _error(self, exc: oai.ApiError, trace: Trace) -> Response:
+    def _error(self, exc: oai.ApiError, trace: RequestTrace) -> Response:
         self._finish(trace, exc.status, exc.code or "")
         headers = trace.headers()
         if exc.retry_after is not None:

@@ -1,9 +1,9 @@
 """What the request path needs of the serving node, as a protocol.
 
-``inference.py``, ``internal.py`` and ``changes.py`` work on the node's state through
-``NodeState``; ``node.Node`` provides it (mypy checks that). So the node imports the request
-path and never the other way round: no import cycle between the node's state and the code that
-serves requests.
+``requests.py``, ``internal_api.py`` and ``changes.py`` work on the node's state through
+``NodeState``; ``assembly.ServingNode`` provides it (mypy checks that). So the node imports
+the request path and never the other way round: no import cycle between the node's state and
+the code that serves requests.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from apps.registry.aliases import ResolvedVersion
-from apps.serving.directory import Directory
-from apps.serving.engine import Engine
-from apps.serving.metrics import NodeMetrics
-from apps.serving.placement import Placement
+from apps.serving.cache.manager import CacheManager
+from apps.serving.node.engine import Engine
+from apps.serving.node.lookups import Lookups
+from apps.serving.node.metrics import NodeMetrics
 from apps.serving.stats import StatsRecorder
 from lorahub.cacheconfig import SlaTier
 
@@ -28,8 +28,8 @@ class RequestRate(Protocol):
 class NodeState(Protocol):
     engine: Engine
     metrics: NodeMetrics
-    placement: Placement
-    directory: Directory
+    placement: CacheManager
+    directory: Lookups
     stats: StatsRecorder
     slots: asyncio.Semaphore  # generation slots
     waiting: int  # requests admitted and waiting for a slot or a load

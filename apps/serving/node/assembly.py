@@ -1,6 +1,6 @@
 """The serving node: the engine's lifecycle, the node's background work, and its ASGI app.
 
-Routes: ``/healthz``, ``/metrics`` and the OpenAI-compatible ``/v1/*`` (see ``inference.py``).
+Routes: ``/healthz``, ``/metrics`` and the OpenAI-compatible ``/v1/*`` (see ``requests.py``).
 The engine starts in the background, so ``/healthz`` answers at once: 503 while the engine
 starts or restarts, 200 with the base model, its revision and the LoRA limits when ready.
 A watchdog restarts a dead engine; requests meanwhile get 503 with ``Retry-After``. How the
@@ -26,19 +26,20 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
-from apps.serving import blocking, fleet, quarantine
+from apps.serving import node_registry, quarantine
 from apps.serving.cache import download
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
+from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policy import make_policy
-from apps.serving.changes import ChangeFollower
 from apps.serving.config import effective_config
-from apps.serving.directory import Directory
-from apps.serving.engine import Engine, EngineSettings
-from apps.serving.fleet import node_header
-from apps.serving.inference import Inference
-from apps.serving.internal import InternalApi, has_internal_token
-from apps.serving.metrics import NodeMetrics
-from apps.serving.placement import Limits, Placement
+from apps.serving.node import offload
+from apps.serving.node.changes import ChangeFollower
+from apps.serving.node.engine import Engine, EngineSettings
+from apps.serving.node.internal_api import InternalApi, has_internal_token
+from apps.serving.node.lookups import Lookups
+from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.requests import RequestPath
+from apps.serving.node_registry import node_header
 from apps.serving.stats import StatsRecorder, prewarm_candidates
 from lorahub.cacheconfig import CacheConfig, SlaTier
 
@@ -64,7 +65,7 @@ class RateLimiter:
         return True
 
 
-class Node:
+class ServingNode:
     def __init__(self, engine_settings: EngineSettings | None = None) -> None:
         # The configuration in force: an operator's stored one, else the node's YAML file.
         # The engine's LoRA slots and rank are fixed by it until the node restarts.
@@ -73,14 +74,14 @@ class Node:
         self.engine = Engine(
             engine_settings or EngineSettings.from_django_settings(self.started_with)
         )
-        self.directory = Directory()
+        self.directory = Lookups()
         self.metrics = NodeMetrics()
         self.stats = StatsRecorder(
             settings.LORAHUB_NODE_NAME, on_drop=self.metrics.stats_dropped.inc
         )
         self.needs_restart: list[str] = []
         self._config_changed = asyncio.Event()
-        self.placement = Placement(
+        self.placement = CacheManager(
             engine=self.engine,
             store=get_store(),
             root=settings.LORAHUB_NODE_CACHE_DIR,
@@ -92,7 +93,7 @@ class Node:
             on_load=lambda tier, ms: self.metrics.load_latency.labels(source_tier=tier).observe(ms),
         )
         self.rate = RateLimiter()
-        self.inference = Inference(self)
+        self.inference = RequestPath(self)
         self.slots = asyncio.Semaphore(settings.LORAHUB_NODE_MAX_CONCURRENT)
         self.max_queue = settings.LORAHUB_NODE_MAX_QUEUE
         self.waiting = 0
@@ -144,13 +145,13 @@ class Node:
         """Refuse exactly the versions with an open quarantine of this node (an operator's
         lift takes effect here)."""
         try:
-            self.placement.quarantined = await blocking.run(quarantine.open_on, self.name)
+            self.placement.quarantined = await offload.run(quarantine.open_on, self.name)
         except Exception:
             logger.warning("could not read this node's quarantines; keeping the set in force")
 
     async def reload_config(self) -> None:
         try:
-            self.apply_config(await blocking.run(effective_config))
+            self.apply_config(await offload.run(effective_config))
             logger.info(
                 "cache config applied (policy %s)%s",
                 self.placement.policy.name,
@@ -166,7 +167,7 @@ class Node:
         a version is immutable, so a changed signature is a different question."""
         key = (resolved.version_id, resolved.signature)
         if key not in self._verified:
-            public = await blocking.run(keys.published_public_keys)
+            public = await offload.run(keys.published_public_keys)
             if len(self._verified) > 10_000:
                 self._verified.clear()
             try:
@@ -178,12 +179,12 @@ class Node:
 
     # --- the node registry ---------------------------------------------------------------
 
-    def identity(self) -> fleet.Identity:
+    def identity(self) -> node_registry.Identity:
         info = self.engine.info()
         host = settings.LORAHUB_NODE_HOST
         if host in ("0.0.0.0", "::", ""):  # noqa: S104 (a wildcard is not an address to call)
             host = socket.gethostname()
-        return fleet.Identity(
+        return node_registry.Identity(
             name=self.name,
             url=settings.LORAHUB_NODE_URL or f"http://{host}:{settings.LORAHUB_NODE_PORT}",
             base_model=info.served_model_name or "",
@@ -201,8 +202,8 @@ class Node:
         A database that does not answer is logged and retried: serving never waits on it."""
         while True:
             try:
-                await blocking.run(
-                    fleet.heartbeat,
+                await offload.run(
+                    node_registry.heartbeat,
                     self.identity(),
                     engine=self.engine_state(),
                     started_at=self.started_at,
@@ -238,17 +239,17 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         try:
-            await blocking.run(fleet.deregister, self.name, started_at=self.started_at)
+            await offload.run(node_registry.deregister, self.name, started_at=self.started_at)
         except Exception:
             logger.warning("could not mark this node stopped in the registry", exc_info=True)
         # On the loop's thread, so vLLM cancels its output handler before the core exits.
         self.engine.shutdown()
         download.stop()
-        await blocking.run(self.stats.stop)
+        await offload.run(self.stats.stop)
 
     async def _start_engine(self) -> None:
         try:
-            kept = await blocking.run(
+            kept = await offload.run(
                 lambda: self.placement.disk.rebuild(keys.published_public_keys())
             )
             self.placement.adopt(kept)
@@ -257,13 +258,13 @@ class Node:
         except Exception:
             # Without the registry's keys nothing on disk can be trusted: start empty.
             logger.exception("could not re-verify the disk cache; clearing it")
-            await blocking.run(self.placement.disk.clear)
+            await offload.run(self.placement.disk.clear)
         try:
-            await blocking.run(download.start)
+            await offload.run(download.start)
         except Exception:
             logger.exception("the download worker did not start; cold loads will retry it")
         try:
-            await blocking.run(self.engine.start)
+            await offload.run(self.engine.start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
             logger.exception("the vLLM engine failed to start")
@@ -278,7 +279,7 @@ class Node:
         they are loaded (L2) too. Nothing is evicted for a guess. Returns the labels warmed."""
         warmed: list[str] = []
         try:
-            candidates = await blocking.run(prewarm_candidates, self.config, self.name)
+            candidates = await offload.run(prewarm_candidates, self.config, self.name)
         except Exception:
             logger.warning("could not read what to prewarm", exc_info=True)
             return warmed
@@ -291,7 +292,7 @@ class Node:
                 if room and self.engine.is_ready:
                     await self.placement.place(resolved)
                 else:
-                    await blocking.run(self.placement.to_disk, resolved)
+                    await offload.run(self.placement.to_disk, resolved)
                 warmed.append(resolved.label)
             except Exception as exc:  # one bad candidate must not stop the rest
                 logger.info("did not prewarm %s: %s", resolved.label, exc)
@@ -391,7 +392,7 @@ class Node:
 
 
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
-    node = Node(engine_settings)
+    node = ServingNode(engine_settings)
     inference = node.inference
     internal = InternalApi(inference)
 

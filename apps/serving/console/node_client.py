@@ -1,7 +1,7 @@
 """The console's client of the serving nodes' internal API (``/internal/*``).
 
 Called server-side only, with the internal token, which never reaches a browser. Nodes are
-the ones listed in ``LORAHUB_NODES`` plus the registered ones (``fleet``). A node that does
+the ones listed in ``LORAHUB_NODES`` plus the registered ones (``node_registry``). A node that does
 not answer is reported, never fatal to a page.
 
 Alias-level warm and evict (``alias_action``) go to the node(s) that own the alias under
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
-from apps.serving import fleet
+from apps.serving import node_registry
 from apps.tenants.errors import Conflict, DomainError, NotFound
 
 logger = logging.getLogger(__name__)
@@ -32,41 +32,45 @@ class NodeUnavailable(DomainError):
 
 
 @dataclass(frozen=True)
-class Node:
+class NodeClient:
     name: str
     url: str
     state: str = ""  # from the registry; "" for a node only listed in LORAHUB_NODES
     registered: dict | None = None
 
 
-def configured_nodes() -> list[Node]:
+def configured_nodes() -> list[NodeClient]:
     """Nodes listed in ``LORAHUB_NODES`` (their address there wins over the registered one:
     the console may reach a node by another address than it registered), then every
     registered node not listed and not stopped cleanly."""
-    registered = {row["name"]: row for row in fleet.listing()}
+    registered = {row["name"]: row for row in node_registry.listing()}
     nodes = []
     for entry in settings.LORAHUB_NODES:
         name, _, url = (part.strip() for part in entry.partition("="))
         row = registered.pop(name, None)
         nodes.append(
-            Node(name=name, url=url.rstrip("/"), state=row["state"] if row else "", registered=row)
+            NodeClient(
+                name=name, url=url.rstrip("/"), state=row["state"] if row else "", registered=row
+            )
         )
     nodes.extend(
-        Node(name=name, url=row["url"].rstrip("/"), state=row["state"], registered=row)
+        NodeClient(name=name, url=row["url"].rstrip("/"), state=row["state"], registered=row)
         for name, row in registered.items()
         if row["state"] != "stopped"
     )
     return nodes
 
 
-def node_named(name: str) -> Node:
+def node_named(name: str) -> NodeClient:
     for node in configured_nodes():
         if node.name == name:
             return node
     raise NotFound(f"no serving node named '{name}'")
 
 
-def _call(node: Node, method: str, path: str, body: dict | None = None, *, route: str = "") -> dict:
+def _call(
+    node: NodeClient, method: str, path: str, body: dict | None = None, *, route: str = ""
+) -> dict:
     token = settings.LORAHUB_INTERNAL_TOKEN
     if not token:
         raise NodeUnavailable(
@@ -103,16 +107,16 @@ def _call(node: Node, method: str, path: str, body: dict | None = None, *, route
     return {**data, "node": answered_by} if answered_by else data
 
 
-def cache_state(node: Node) -> dict:
+def cache_state(node: NodeClient) -> dict:
     """The node's ``/internal/cache``: policy, limits, residents per tier, loading, quarantined."""
     return _call(node, "GET", "/internal/cache")
 
 
-def warm(node: Node, *, version_id: int, tier: str) -> dict:
+def warm(node: NodeClient, *, version_id: int, tier: str) -> dict:
     return _call(node, "POST", "/internal/warm", {"version_id": version_id, "tier": tier})
 
 
-def evict(node: Node, *, version_id: int, tier: str) -> dict:
+def evict(node: NodeClient, *, version_id: int, tier: str) -> dict:
     return _call(node, "POST", "/internal/evict", {"version_id": version_id, "tier": tier})
 
 
@@ -154,7 +158,7 @@ def alias_action(*, tenant_slug: str, alias: str, verb: str, tier: str, actor) -
                 f"tenant '{tenant_slug}' has no active API key, so no request can reach "
                 f"'{alias}' and no node owns it; create a key first"
             )
-        router = Node(name="router", url=settings.LORAHUB_ROUTER_INTERNAL_URL)
+        router = NodeClient(name="router", url=settings.LORAHUB_ROUTER_INTERNAL_URL)
         targets = [(router, route_key(prefix, alias)) for prefix in sorted(prefixes)]
     else:
         targets = [(node, "") for node in configured_nodes()]

@@ -1,4 +1,4 @@
-"""The vLLM engine, behind a small typed surface. With ``vllm_api.py`` (vLLM's OpenAI serving
+"""The vLLM engine, behind a small typed surface. With ``vllm_front.py`` (vLLM's OpenAI serving
 layer, which this module loads once the engine has started), the only module that imports
 vllm or torch.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from apps.serving.generation import EngineDied, EngineNotReady, EngineRefused, Generation
+from apps.serving.node.generation import EngineDied, EngineNotReady, EngineRefused, Generation
 
 if TYPE_CHECKING:
     from lorahub.cacheconfig import CacheConfig
@@ -217,7 +217,7 @@ class Engine:
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         self._llm: Any = None
-        self._front: Any = None  # vllm_api.Front: vLLM's OpenAI serving classes
+        self._front: Any = None  # vllm_front.Front: vLLM's OpenAI serving classes
         self.state = "stopped"
         self.startup_seconds: float | None = None
 
@@ -254,18 +254,18 @@ class Engine:
         )
         try:
             try:
-                from apps.serving import vllm_api
-            except ImportError as exc:  # a module path vllm_api.py relies on moved
+                from apps.serving.node import vllm_front
+            except ImportError as exc:  # a module path vllm_front.py relies on moved
                 import vllm
 
                 raise EngineNotReady(
-                    f"vLLM {vllm.__version__} is not the release apps/serving/vllm_api.py "
+                    f"vLLM {vllm.__version__} is not the release apps/serving/node/vllm_front.py "
                     f"was written for: {exc}"
                 ) from exc
-            if problems := vllm_api.contract_problems():
+            if problems := vllm_front.contract_problems():
                 raise EngineNotReady("; ".join(problems))
             self._llm = AsyncLLM.from_engine_args(args)
-            self._front = vllm_api.Front(
+            self._front = vllm_front.Front(
                 self._llm, served_model_name=s.served_model_name, model_dir=s.model_dir
             )
         except Exception:

@@ -51,7 +51,7 @@ from vllm.renderers.online_renderer import OnlineRenderer
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.exceptions import EngineDeadError
 
-from apps.serving.generation import EngineDied, EngineRefused, Generation
+from apps.serving.node.generation import EngineDied, EngineRefused, Generation
 
 TESTED_VLLM = "0.32"
 

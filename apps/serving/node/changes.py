@@ -21,8 +21,8 @@ import time
 
 from django.conf import settings
 
-from apps.serving import blocking
-from apps.serving.state import NodeState
+from apps.serving.node import offload
+from apps.serving.node.state import NodeState
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -35,7 +35,7 @@ class ChangeFollower:
     async def refresh_periodically(self) -> None:
         while True:
             try:
-                await blocking.run(self.node.directory.full_refresh)
+                await offload.run(self.node.directory.full_refresh)
             except Exception:
                 logger.exception("full refresh of aliases and keys failed; retrying")
             await self.node.refresh_quarantines()
@@ -45,7 +45,7 @@ class ChangeFollower:
         """Without a broadcast channel: watch the database's change marker."""
         while True:
             try:
-                if await blocking.run(self.node.directory.poll):
+                if await offload.run(self.node.directory.poll):
                     await self.node.reload_config()
                     await self.node.refresh_quarantines()
             except Exception:
@@ -62,7 +62,7 @@ class ChangeFollower:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(settings.LORAHUB_EVENTS_CHANNEL)
                     # Anything missed while (re)connecting is caught by one full refresh.
-                    await blocking.run(self.node.directory.full_refresh)
+                    await offload.run(self.node.directory.full_refresh)
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
@@ -85,7 +85,7 @@ class ChangeFollower:
                 # alias moves still arrive within about a second (not at the next refresh).
                 logger.warning("change channel lost (%s); polling until it is back", exc)
                 try:
-                    if await blocking.run(self.node.directory.poll):
+                    if await offload.run(self.node.directory.poll):
                         await self.node.reload_config()
                         await self.node.refresh_quarantines()
                 except Exception:
@@ -103,7 +103,7 @@ class ChangeFollower:
         return.
         """
         try:
-            current = await blocking.run(
+            current = await offload.run(
                 self.node.directory.alias,
                 int(change.get("tenant_id") or 0),
                 str(change.get("name")),
@@ -114,7 +114,7 @@ class ChangeFollower:
             if current.canary is not None:
                 in_use.add(current.canary.version_id)
                 if current.canary.servable and await self.node.signature_ok(current.canary):
-                    await blocking.run(self.node.placement.to_disk, current.canary)
+                    await offload.run(self.node.placement.to_disk, current.canary)
             for version_id in in_use:  # e.g. rolled back to: no longer on its way out
                 self.node.placement.deprecate(version_id, False)
             if previous is not None:

@@ -17,16 +17,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
-from apps.serving import blocking
-from apps.serving import openai_api as oai
 from apps.serving.cache.engine_tiers import Owner, PinLimit
+from apps.serving.cache.manager import AdapterIntegrityError
 from apps.serving.cache.policy import Adaptive
-from apps.serving.fleet import node_header
-from apps.serving.placement import AdapterIntegrityError
+from apps.serving.node import offload
+from apps.serving.node import openai_protocol as oai
+from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
 
 if TYPE_CHECKING:
-    from apps.serving.inference import Inference
+    from apps.serving.node.requests import RequestPath
 
 TIERS = ("L1", "L2", "L3")
 
@@ -59,7 +59,7 @@ def has_internal_token(request: Request) -> bool:
 
 
 class InternalApi:
-    def __init__(self, inference: Inference) -> None:
+    def __init__(self, inference: RequestPath) -> None:
         self.inference = inference
         self.node = inference.node
 
@@ -90,16 +90,16 @@ class InternalApi:
         if "version_id" in body:
             if not isinstance(body["version_id"], int):
                 raise oai.ApiError(400, "version_id must be an integer", code="bad_version")
-            resolved = await blocking.run(load_version, body["version_id"])
+            resolved = await offload.run(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
         elif "alias" in body and "tenant" in body:
-            tenant = await blocking.run(
+            tenant = await offload.run(
                 lambda: Tenant.objects.filter(slug=str(body["tenant"])).first()
             )
             snapshot = None
             if tenant is not None:
-                snapshot = await blocking.run(
+                snapshot = await offload.run(
                     self.node.directory.alias, tenant.id, str(body["alias"])
                 )
             if snapshot is None:
@@ -127,7 +127,7 @@ class InternalApi:
             resolved = await self._target(body)
             placement = self.node.placement
             if body.get("tier", "L3") == "L3":
-                found = await blocking.run(placement.to_disk, resolved)
+                found = await offload.run(placement.to_disk, resolved)
                 return _json(
                     {
                         "version": resolved.label,
@@ -140,7 +140,7 @@ class InternalApi:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5
                 )
-            owner = await blocking.run(owner_of, resolved)
+            owner = await offload.run(owner_of, resolved)
             placed = (
                 await placement.pin(resolved, owner=owner)
                 if body["tier"] == "L1"
@@ -174,7 +174,7 @@ class InternalApi:
                 raise oai.ApiError(
                     400, "name the version_id to evict, or send all: true", code="no_target"
                 )
-            resolved = await blocking.run(load_version, body["version_id"])
+            resolved = await offload.run(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
             placement, tier = self.node.placement, body.get("tier", "L3")
@@ -193,7 +193,7 @@ class InternalApi:
             else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node
                 await placement.remove(lora_id)
                 if tier == "L3":
-                    await blocking.run(placement.evict_from_disk, resolved)
+                    await offload.run(placement.evict_from_disk, resolved)
             self.node.evicted(tier, resolved.tenant_id)
             return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
@@ -213,10 +213,10 @@ class InternalApi:
         try:
             self._check(request)
             slug, name = request.query_params.get("tenant", ""), request.query_params.get("alias")
-            tenant = await blocking.run(lambda: Tenant.objects.filter(slug=slug).first())
+            tenant = await offload.run(lambda: Tenant.objects.filter(slug=slug).first())
             snapshot = None
             if tenant is not None and name:
-                snapshot = await blocking.run(self.node.directory.alias, tenant.id, name)
+                snapshot = await offload.run(self.node.directory.alias, tenant.id, name)
             if snapshot is None:
                 raise oai.ApiError(
                     404, f"no alias '{name}' of tenant '{slug}' on this node", code="not_found"

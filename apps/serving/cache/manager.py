@@ -41,14 +41,14 @@ from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
-from apps.serving import blocking
 from apps.serving.cache import download
 from apps.serving.cache.disk import DiskIndex, DiskTier, IntegrityFailure, Landed, OnDisk
 from apps.serving.cache.engine_tiers import EngineTiers, Owner
 from apps.serving.cache.loads import LoadQueue
 from apps.serving.cache.policy import Adaptive, Policy, Resident, make_policy, rank
 from apps.serving.cache.versions import CachedVersion, State, Versions
-from apps.serving.engine import AdapterHandle, Engine
+from apps.serving.node import offload
+from apps.serving.node.engine import AdapterHandle, Engine
 from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class Limits:
         )
 
 
-class Placement:
+class CacheManager:
     def __init__(
         self,
         *,
@@ -432,10 +432,10 @@ class Placement:
     ) -> Placed:
         started = time.perf_counter()
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
-            found = await blocking.run(self.to_disk, resolved)
+            found = await offload.run(self.to_disk, resolved)
         else:
             async with self.loads.fetch_slots:  # the download runs in another process
-                found = await blocking.run(self.to_disk, resolved)
+                found = await offload.run(self.to_disk, resolved)
         tier, timings = found.found_in, found.timings
         async with self.loads.load_slots:
             await self._make_room(owner, incoming=resolved.size_bytes)
@@ -586,7 +586,7 @@ class Placement:
                     continue
                 folder = self.on_disk.drop(record)
                 if folder is not None:
-                    await blocking.run(self.disk.remove, folder)
+                    await offload.run(self.disk.remove, folder)
                 removed += 1
         return removed
 

@@ -1,0 +1,79 @@
+"""The edges of the architecture (``../shared/DESIGN.md``), read from every import statement
+(module level, in functions, under ``TYPE_CHECKING``), so that a reader can rely on them:
+
+- dependencies point one way: serving -> registry -> tenants;
+- the console side of serving talks to nodes over HTTP and never imports the node runtime;
+- the node runtime's parts are given what they need by ``node/assembly.py``; none imports it;
+- only the engine and its vLLM front (with the vLLM plugin, which vLLM loads in its own
+  processes) import vLLM, so the console and the worker start without it.
+"""
+
+from __future__ import annotations
+
+from tests.test_import_cycles import ROOT, import_graph, imported_names, module_names
+
+PACKAGES = ("apps", "lorahub")
+
+
+def edges(graph: dict[str, set[str]], source: str, target: str) -> list[str]:
+    """``a -> b`` for every module under ``source`` importing one under ``target``."""
+
+    def under(name: str, prefix: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    return sorted(
+        f"{a} -> {b}"
+        for a, imports in graph.items()
+        if under(a, source)
+        for b in imports
+        if under(b, target)
+    )
+
+
+def test_dependencies_point_from_serving_to_registry_to_tenants():
+    graph = import_graph(ROOT, PACKAGES)
+    assert edges(graph, "apps.registry", "apps.serving") == []
+    assert edges(graph, "apps.tenants", "apps.serving") == []
+    assert edges(graph, "apps.tenants", "apps.registry") == []
+
+
+def test_the_console_side_of_serving_never_imports_the_node_runtime():
+    graph = import_graph(ROOT, PACKAGES)
+    assert edges(graph, "apps.serving.console", "apps.serving.node") == []
+    assert edges(graph, "apps.serving.templatetags", "apps.serving.node") == []
+
+
+def test_no_part_of_the_node_imports_the_assembly():
+    graph = import_graph(ROOT, PACKAGES)
+    importers = sorted(a for a, imports in graph.items() if "apps.serving.node.assembly" in imports)
+    # only the command that runs a node builds one
+    assert importers == ["apps.serving.management.commands.runnode"]
+
+
+def test_only_the_engine_and_its_vllm_front_import_vllm():
+    allowed = {
+        "apps.serving.node.engine",
+        "apps.serving.node.vllm_front",
+        "apps.serving.node.lora_fix",  # the plugin vLLM loads in each of its processes
+    }
+    found = set()
+    for name, path in module_names(ROOT, PACKAGES).items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        if any(n == "vllm" or n.startswith("vllm.") for n in imported_names(path, package)):
+            found.add(name)
+    assert found == allowed
+
+
+def test_a_forbidden_edge_is_named(tmp_path):
+    """The check itself: a function-level import from registry into serving is an edge."""
+    for package in ("apps", "apps/registry", "apps/serving"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "apps/serving/charts.py").write_text("")
+    (tmp_path / "apps/registry/views.py").write_text(
+        "def page():\n    from apps.serving.charts import figure\n"
+    )
+    graph = import_graph(tmp_path, ("apps",))
+    assert edges(graph, "apps.registry", "apps.serving") == [
+        "apps.registry.views -> apps.serving.charts"
+    ]
