@@ -8,7 +8,7 @@ from typing import Literal
 from django.http import HttpRequest
 from ninja import Router, Schema
 
-from apps.serving import config, node_registry, quarantine
+from apps.serving import config, node_registry, quarantine, services
 from apps.serving.console import node_client
 from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import Invalid
@@ -70,7 +70,7 @@ class AliasActionIn(Schema):
 
 def _alias_action(request: HttpRequest, body: AliasActionIn, verb: str) -> dict:
     principal = _operator(request)
-    results = node_client.alias_action(
+    results = services.act_on_alias(
         tenant_slug=body.tenant, alias=body.alias, verb=verb, tier=body.tier, actor=principal.user
     )
     return {"alias": body.alias, "tier": body.tier, "results": results}

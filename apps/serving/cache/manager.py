@@ -338,9 +338,6 @@ class CacheManager:
 
     # --- L2 / L1 ---------------------------------------------------------------------------
 
-    def queue_full(self) -> bool:
-        return self.loads.full()
-
     def loading(self) -> int:
         return len(self.loads)
 
@@ -570,6 +567,35 @@ class CacheManager:
             await self.tiers.gate.changed()  # its device slot rotates again
         self.tiers.drop(record)
         return await self.engine.remove_adapter(version_id)
+
+    async def evict(self, resolved: ResolvedVersion, tier: str) -> None:
+        """Take ``resolved`` out of ``tier``, counted as an eviction from it. Callers check
+        ``busy`` first (see ``remove``).
+
+        L1 unpins it (vLLM cannot unpin: it leaves the engine and comes back unpinned, in
+        L2); L2 takes it out of the engine (L1 too); L3 takes it off this node's disk as well.
+        """
+        if tier == "L1":
+            if self.is_pinned(resolved.version_id):
+                await self.remove(resolved.version_id)
+                await self.place(resolved)
+        else:
+            await self.remove(resolved.version_id)
+            if tier == "L3":
+                await offload.run(self.evict_from_disk, resolved)
+        if self.on_evict:
+            self.on_evict(tier, resolved.tenant_id)
+
+    async def evict_unused(self, version_id: int) -> bool:
+        """Take a version out of the engine if it is there and no request is using it,
+        counted as an eviction from L2; its disk copy stays. True if it left."""
+        if not self.holds(version_id) or self.in_use(version_id):
+            return False
+        tenant_id = self.residency_owner(version_id)
+        await self.remove(version_id)
+        if self.on_evict:
+            self.on_evict("L2", tenant_id)
+        return True
 
     async def clear(self, *, disk: bool) -> int:
         """Empty the engine's adapter slots (L1, L2) and, with ``disk``, L3 too: an operator

@@ -112,75 +112,14 @@ def cache_state(node: NodeClient) -> dict:
     return _call(node, "GET", "/internal/cache")
 
 
-def warm(node: NodeClient, *, version_id: int, tier: str) -> dict:
-    return _call(node, "POST", "/internal/warm", {"version_id": version_id, "tier": tier})
-
-
-def evict(node: NodeClient, *, version_id: int, tier: str) -> dict:
-    return _call(node, "POST", "/internal/evict", {"version_id": version_id, "tier": tier})
+def act(node: NodeClient, verb: str, *, version_id: int, tier: str, route: str = "") -> dict:
+    """``/internal/warm`` or ``/internal/evict`` of one version; through a router, ``route``
+    is the routing key HAProxy hashes (``route_key``)."""
+    body = {"version_id": version_id, "tier": tier}
+    return _call(node, "POST", f"/internal/{verb}", body, route=route)
 
 
 def route_key(api_key_prefix: str, model: str) -> str:
     """The routing key HAProxy hashes for a request (see ``haproxy.py``): the API key's prefix
     and the requested model, so one tenant's alias stays on the node(s) that hold it."""
     return f"{api_key_prefix}/{model}"
-
-
-def alias_action(*, tenant_slug: str, alias: str, verb: str, tier: str, actor) -> list[dict]:
-    """Warm or evict an alias's versions (stable and canary) on the node(s) that own it;
-    audited as ``alias.warm`` / ``alias.evict`` with the nodes reached.
-
-    With a router, one call per active API key of the tenant goes through HAProxy with that
-    key's routing key, so each lands where that key's requests for the alias land; a tenant
-    with one key reaches one node (two when a bounded load spilled it). Returns one entry per
-    call: the node that answered and its answer, or the error.
-    """
-    from apps.registry.aliases import load_alias_snapshot
-    from apps.registry.models import Alias
-    from apps.tenants import services as tenant_services
-    from apps.tenants.models import ApiKey
-
-    if verb not in ("warm", "evict") or tier not in TIERS:
-        raise NotFound(f"no alias action {verb} to {tier}")
-    found = (
-        Alias.objects.select_related("tenant").filter(tenant__slug=tenant_slug, name=alias).first()
-    )
-    snapshot = load_alias_snapshot(tenant_id=found.tenant_id, name=alias) if found else None
-    if found is None or snapshot is None:
-        raise NotFound(f"tenant '{tenant_slug}' has no alias '{alias}': check both names")
-    versions = [snapshot.stable] + ([snapshot.canary] if snapshot.canary else [])
-    if settings.LORAHUB_ROUTER_INTERNAL_URL:
-        prefixes = list(
-            ApiKey.objects.active().filter(tenant=found.tenant).values_list("prefix", flat=True)
-        )
-        if not prefixes:
-            raise Conflict(
-                f"tenant '{tenant_slug}' has no active API key, so no request can reach "
-                f"'{alias}' and no node owns it; create a key first"
-            )
-        router = NodeClient(name="router", url=settings.LORAHUB_ROUTER_INTERNAL_URL)
-        targets = [(router, route_key(prefix, alias)) for prefix in sorted(prefixes)]
-    else:
-        targets = [(node, "") for node in configured_nodes()]
-    results = []
-    for node, route in targets:
-        for version in versions:
-            try:
-                answer = _call(
-                    node,
-                    "POST",
-                    f"/internal/{verb}",
-                    {"version_id": version.version_id, "tier": tier},
-                    route=route,
-                )
-                results.append({"node": answer.pop("node", node.name), "result": answer})
-            except DomainError as exc:
-                results.append({"node": node.name, "error": exc.message})
-    tenant_services.record_event(
-        action=f"alias.{verb}",
-        obj=found,
-        actor=actor,
-        tenant=found.tenant,
-        after={"tier": tier, "nodes": sorted({r["node"] for r in results})},
-    )
-    return results

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
-from apps.serving import config, quarantine
+from apps.serving import config, quarantine, services
 from apps.serving.cache.policy import POLICIES
 from apps.serving.console import charts, dashboards, node_client
 from apps.serving.models import RequestMinute
@@ -435,7 +435,7 @@ def alias_action(request: HttpRequest, verb: str) -> HttpResponse:
     if verb not in ("warm", "evict") or tier not in node_client.TIERS:
         raise Http404("no such alias action")
     try:
-        outcome = node_client.alias_action(
+        outcome = services.act_on_alias(
             tenant_slug=slug, alias=name, verb=verb, tier=tier, actor=principal_of(request).user
         )
     except DomainError as exc:
@@ -470,14 +470,8 @@ def node_action(request: HttpRequest, node: str, verb: str) -> HttpResponse:
         return redirect(back)
 
     def run() -> None:
-        call = node_client.warm if verb == "warm" else node_client.evict
-        result = call(target, version_id=version_id, tier=tier)
-        tenant_services.record_event(
-            action=f"node.{verb}",
-            obj=version,
-            actor=principal_of(request).user,
-            tenant=version.adapter.tenant,
-            after={"node": target.name, "tier": tier, **result},
+        services.act_on_node(
+            node=target, version=version, verb=verb, tier=tier, actor=principal_of(request).user
         )
 
     label = f"{version.adapter.adapter_id}@{version.version}"

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from apps.serving import config
+from apps.serving import config, services
 from apps.serving.cache.policy import POLICIES
 from apps.serving.console import charts
 from apps.serving.models import ReplayRun
@@ -26,10 +26,6 @@ from apps.tenants.errors import Invalid
 
 GIB = run.GIB
 AZURE = "azure-llm-2023-conv.csv"
-QUEUE_DOWN = (
-    "The replay could not be queued: the task queue (Redis) did not answer. Nothing runs; "
-    "start it again once the queue is back."
-)
 logger = logging.getLogger(__name__)
 
 
@@ -161,22 +157,11 @@ def replay_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = ReplayForm(request.POST)
         if form.is_valid():
-            row = ReplayRun.objects.create(
-                spec=form.spec().to_json(), created_by=principal_of(request).user
+            row = services.start_replay(
+                spec=form.spec().to_json(), actor=principal_of(request).user
             )
-            from kombu.exceptions import OperationalError
-
-            from apps.serving import tasks
-
-            try:
-                # progress and report live in the row: no result to subscribe to (that would
-                # retry 20 s against a dead Redis, then break the process's result consumer)
-                tasks.run_replay.apply_async((row.pk,), ignore_result=True)
-            except OperationalError:
-                logger.warning("could not queue replay %s: the task queue is unreachable", row.pk)
-                row.state, row.error = ReplayRun.State.FAILED, QUEUE_DOWN
-                row.save(update_fields=["state", "error"])
-                messages.error(request, QUEUE_DOWN)
+            if row.state == ReplayRun.State.FAILED:
+                messages.error(request, row.error)
             return redirect("serving:replay_run", run_id=row.pk)
         messages.error(request, "Nothing was started: fix the fields marked below.")
         status = 422

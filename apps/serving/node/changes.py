@@ -21,33 +21,56 @@ import time
 
 from django.conf import settings
 
+from apps.serving.cache.manager import CacheManager
 from apps.serving.node import offload
-from apps.serving.node.state import NodeState
+from apps.serving.node.background import BackgroundTasks
+from apps.serving.node.config_in_force import ConfigInForce
+from apps.serving.node.lookups import Lookups
+from apps.serving.node.trust import Trust
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.5
 
 
 class ChangeFollower:
-    def __init__(self, node: NodeState) -> None:
-        self.node = node
+    def __init__(
+        self,
+        *,
+        lookups: Lookups,
+        trust: Trust,
+        cache: CacheManager,
+        config: ConfigInForce,
+        background: BackgroundTasks,
+    ) -> None:
+        self.lookups, self.trust, self.cache = lookups, trust, cache
+        self.config, self.background = config, background
+
+    async def refresh_quarantines(self) -> None:
+        """Refuse exactly the versions with an open quarantine of this node (an operator's
+        lift takes effect here)."""
+        found = await self.trust.open_quarantines()
+        if found is not None:
+            self.cache.quarantined = found
+
+    async def _changed(self) -> None:
+        await self.config.reload()
+        await self.refresh_quarantines()
 
     async def refresh_periodically(self) -> None:
         while True:
             try:
-                await offload.run(self.node.directory.full_refresh)
+                await offload.run(self.lookups.full_refresh)
             except Exception:
                 logger.exception("full refresh of aliases and keys failed; retrying")
-            await self.node.refresh_quarantines()
+            await self.refresh_quarantines()
             await asyncio.sleep(settings.LORAHUB_NODE_FULL_REFRESH_S)
 
     async def poll(self) -> None:
         """Without a broadcast channel: watch the database's change marker."""
         while True:
             try:
-                if await offload.run(self.node.directory.poll):
-                    await self.node.reload_config()
-                    await self.node.refresh_quarantines()
+                if await offload.run(self.lookups.poll):
+                    await self._changed()
             except Exception:
                 logger.exception("polling for changes failed; retrying")
             await asyncio.sleep(POLL_S)
@@ -62,22 +85,22 @@ class ChangeFollower:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(settings.LORAHUB_EVENTS_CHANNEL)
                     # Anything missed while (re)connecting is caught by one full refresh.
-                    await offload.run(self.node.directory.full_refresh)
+                    await offload.run(self.lookups.full_refresh)
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
                         try:
                             change = json.loads(message["data"])
-                            previous = self.node.directory.apply_change(change)
+                            previous = self.lookups.apply_change(change)
                         except (ValueError, TypeError):
                             logger.warning("ignored a malformed change message")
                             continue
                         if change.get("kind") == "alias":
-                            self.node.spawn(self.follow_alias(change, previous))
+                            self.background.spawn(self.follow_alias(change, previous))
                         elif change.get("kind") == "cache_config":
-                            self.node.spawn(self.node.reload_config())
+                            self.background.spawn(self.config.reload())
                         elif change.get("kind") == "quarantine":
-                            self.node.spawn(self.node.refresh_quarantines())
+                            self.background.spawn(self.refresh_quarantines())
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -85,9 +108,8 @@ class ChangeFollower:
                 # alias moves still arrive within about a second (not at the next refresh).
                 logger.warning("change channel lost (%s); polling until it is back", exc)
                 try:
-                    if await offload.run(self.node.directory.poll):
-                        await self.node.reload_config()
-                        await self.node.refresh_quarantines()
+                    if await offload.run(self.lookups.poll):
+                        await self._changed()
                 except Exception:
                     logger.warning("polling for changes failed too", exc_info=True)
                 await asyncio.sleep(POLL_S * 2)
@@ -104,7 +126,7 @@ class ChangeFollower:
         """
         try:
             current = await offload.run(
-                self.node.directory.alias,
+                self.lookups.alias,
                 int(change.get("tenant_id") or 0),
                 str(change.get("name")),
             )
@@ -113,25 +135,22 @@ class ChangeFollower:
             in_use = {current.stable.version_id}
             if current.canary is not None:
                 in_use.add(current.canary.version_id)
-                if current.canary.servable and await self.node.signature_ok(current.canary):
-                    await offload.run(self.node.placement.to_disk, current.canary)
+                if current.canary.servable and await self.trust.signature_ok(current.canary):
+                    await offload.run(self.cache.to_disk, current.canary)
             for version_id in in_use:  # e.g. rolled back to: no longer on its way out
-                self.node.placement.deprecate(version_id, False)
+                self.cache.deprecate(version_id, False)
             if previous is not None:
                 for old in (previous.stable, previous.canary):
                     if old is not None and old.version_id not in in_use:
-                        self.node.spawn(self.demote(old.version_id))
+                        self.background.spawn(self.demote(old.version_id))
         except Exception:
             logger.warning("could not prepare the cache for an alias change", exc_info=True)
 
     async def demote(self, version_id: int, patience_s: float = 120.0) -> None:
         """Take a version the alias stopped using out of the engine once its last running
         request is done (removing it under one would kill the engine core)."""
-        self.node.placement.deprecate(version_id)  # first to go from disk, too
+        self.cache.deprecate(version_id)  # first to go from disk, too
         deadline = time.monotonic() + patience_s
-        while self.node.placement.in_use(version_id) and time.monotonic() < deadline:
+        while self.cache.in_use(version_id) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        if self.node.placement.holds(version_id) and not self.node.placement.in_use(version_id):
-            tenant_id = self.node.placement.residency_owner(version_id)
-            await self.node.placement.remove(version_id)
-            self.node.evicted("L2", tenant_id)
+        await self.cache.evict_unused(version_id)

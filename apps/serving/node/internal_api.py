@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import TYPE_CHECKING
 
 from django.conf import settings
 from starlette.requests import Request
@@ -18,15 +17,17 @@ from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving.cache.engine_tiers import Owner, PinLimit
-from apps.serving.cache.manager import AdapterIntegrityError
+from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
 from apps.serving.cache.policy import Adaptive
 from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
+from apps.serving.node.config_in_force import ConfigInForce
+from apps.serving.node.engine import Engine
+from apps.serving.node.lookups import Lookups
+from apps.serving.node.prewarm import Prewarm
+from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
-
-if TYPE_CHECKING:
-    from apps.serving.node.requests import RequestPath
 
 TIERS = ("L1", "L2", "L3")
 
@@ -59,9 +60,18 @@ def has_internal_token(request: Request) -> bool:
 
 
 class InternalApi:
-    def __init__(self, inference: RequestPath) -> None:
-        self.inference = inference
-        self.node = inference.node
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        lookups: Lookups,
+        trust: Trust,
+        cache: CacheManager,
+        config: ConfigInForce,
+        prewarm: Prewarm,
+    ) -> None:
+        self.engine, self.lookups, self.trust, self.cache = engine, lookups, trust, cache
+        self.config, self.prewarmer = config, prewarm
 
     def _check(self, request: Request) -> None:
         if not settings.LORAHUB_INTERNAL_TOKEN:
@@ -99,9 +109,7 @@ class InternalApi:
             )
             snapshot = None
             if tenant is not None:
-                snapshot = await offload.run(
-                    self.node.directory.alias, tenant.id, str(body["alias"])
-                )
+                snapshot = await offload.run(self.lookups.alias, tenant.id, str(body["alias"]))
             if snapshot is None:
                 raise oai.ApiError(
                     404,
@@ -113,11 +121,7 @@ class InternalApi:
             raise oai.ApiError(
                 400, "name a version_id, or an alias with its tenant", code="no_target"
             )
-        self.inference.admit(resolved)
-        if not await self.node.signature_ok(resolved):
-            raise oai.ApiError(
-                403, f"{resolved.label}'s signature does not verify", code="signature_invalid"
-            )
+        await self.trust.admit(resolved)
         return resolved
 
     async def warm(self, request: Request) -> Response:
@@ -125,9 +129,8 @@ class InternalApi:
             self._check(request)
             body = await self._body(request)
             resolved = await self._target(body)
-            placement = self.node.placement
             if body.get("tier", "L3") == "L3":
-                found = await offload.run(placement.to_disk, resolved)
+                found = await offload.run(self.cache.to_disk, resolved)
                 return _json(
                     {
                         "version": resolved.label,
@@ -136,15 +139,15 @@ class InternalApi:
                         "load_ms": round(sum(found.timings.values()), 2),
                     }
                 )
-            if not self.node.engine.is_ready:
+            if not self.engine.is_ready:
                 raise oai.ApiError(
                     503, "the engine is not ready", code="engine_unavailable", retry_after=5
                 )
             owner = await offload.run(owner_of, resolved)
             placed = (
-                await placement.pin(resolved, owner=owner)
+                await self.cache.pin(resolved, owner=owner)
                 if body["tier"] == "L1"
-                else await placement.place(resolved, owner=owner)
+                else await self.cache.place(resolved, owner=owner)
             )
             return _json(
                 {
@@ -168,7 +171,7 @@ class InternalApi:
             if body.get("all") is True:  # drain the node: everything from the tier down
                 if body.get("tier", "L3") == "L1":
                     raise oai.ApiError(400, "'all' empties L2 or L3", code="bad_tier")
-                removed = await self.node.placement.clear(disk=body.get("tier", "L3") == "L3")
+                removed = await self.cache.clear(disk=body.get("tier", "L3") == "L3")
                 return _json({"evicted_from": body.get("tier", "L3"), "removed": removed})
             if not isinstance(body.get("version_id"), int):
                 raise oai.ApiError(
@@ -177,24 +180,15 @@ class InternalApi:
             resolved = await offload.run(load_version, body["version_id"])
             if resolved is None:
                 raise oai.ApiError(404, f"no version {body['version_id']}", code="not_found")
-            placement, tier = self.node.placement, body.get("tier", "L3")
-            lora_id = resolved.version_id
-            if placement.busy(lora_id):
+            tier = body.get("tier", "L3")
+            if self.cache.busy(resolved.version_id):
                 raise oai.ApiError(
                     409,
                     f"{resolved.label} is loading or answering requests; evict it once they finish",
                     code="in_use",
                     retry_after=1,
                 )
-            if tier == "L1":  # vLLM cannot unpin: take it out and put it back unpinned
-                if placement.is_pinned(lora_id):
-                    await placement.remove(lora_id)
-                    await placement.place(resolved)
-            else:  # leaving L2 leaves L1 too; leaving L3 leaves everything on this node
-                await placement.remove(lora_id)
-                if tier == "L3":
-                    await offload.run(placement.evict_from_disk, resolved)
-            self.node.evicted(tier, resolved.tenant_id)
+            await self.cache.evict(resolved, tier)
             return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)
@@ -205,7 +199,7 @@ class InternalApi:
             self._check(request)
         except oai.ApiError as exc:
             return self._error(exc)
-        return _json({"warmed": await self.node.prewarm()})
+        return _json({"warmed": await self.prewarmer.run()})
 
     async def alias(self, request: Request) -> Response:
         """What this node serves for a tenant's alias right now (its in-memory table): to check
@@ -216,7 +210,7 @@ class InternalApi:
             tenant = await offload.run(lambda: Tenant.objects.filter(slug=slug).first())
             snapshot = None
             if tenant is not None and name:
-                snapshot = await offload.run(self.node.directory.alias, tenant.id, name)
+                snapshot = await offload.run(self.lookups.alias, tenant.id, name)
             if snapshot is None:
                 raise oai.ApiError(
                     404, f"no alias '{name}' of tenant '{slug}' on this node", code="not_found"
@@ -236,18 +230,18 @@ class InternalApi:
             }
         )
 
-    async def cache(self, request: Request) -> Response:
+    async def cache_state(self, request: Request) -> Response:
         try:
             self._check(request)
         except oai.ApiError as exc:
             return self._error(exc)
-        placement, engine = self.node.placement, self.node.engine.settings
-        limits = placement.limits
+        cache, engine = self.cache, self.engine.settings
+        limits = cache.limits
         return _json(
             {
-                "policy": placement.policy.name,
+                "policy": cache.policy.name,
                 "policy_state": (
-                    placement.policy.describe() if isinstance(placement.policy, Adaptive) else None
+                    cache.policy.describe() if isinstance(cache.policy, Adaptive) else None
                 ),
                 "limits": {
                     "max_loras": engine.max_loras,
@@ -260,10 +254,10 @@ class InternalApi:
                     "max_concurrent_loads": limits.max_loads,
                     "max_pending_loads": limits.max_pending,
                 },
-                "needs_restart": self.node.needs_restart,
-                "disk_bytes": placement.disk_bytes(),
-                "tiers": placement.residents(),
-                "quarantined": sorted(placement.quarantined),
+                "needs_restart": self.config.needs_restart,
+                "disk_bytes": cache.disk_bytes(),
+                "tiers": cache.residents(),
+                "quarantined": sorted(cache.quarantined),
             }
         )
 

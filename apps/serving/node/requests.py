@@ -10,6 +10,7 @@ folder; nothing the caller sends becomes a path or an adapter name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ from apps.registry.aliases import AliasSnapshot, ResolvedVersion
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (
     AdapterIntegrityError,
+    CacheManager,
     DiskFull,
     LoadDeadline,
     LoadQueueFull,
@@ -33,11 +35,20 @@ from apps.serving.cache.manager import (
 )
 from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
-from apps.serving.node.engine import EngineDied, EngineNotReady, EngineRefused, Generation
-from apps.serving.node.lookups import UNKNOWN, Caller
-from apps.serving.node.state import NodeState
+from apps.serving.node.admission import Admission
+from apps.serving.node.config_in_force import ConfigInForce
+from apps.serving.node.engine import (
+    Engine,
+    EngineDied,
+    EngineNotReady,
+    EngineRefused,
+    Generation,
+)
+from apps.serving.node.lookups import UNKNOWN, Caller, Lookups
+from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
-from apps.serving.stats import RequestRecord
+from apps.serving.stats import RequestRecord, StatsRecorder
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
 
@@ -141,8 +152,25 @@ class _Started(Generic[T]):
 
 
 class RequestPath:
-    def __init__(self, node: NodeState) -> None:
-        self.node = node
+    """The seed's five steps for each request, over the node's parts (built by
+    ``assembly.py``): the engine, the cached lookups, trust, admission, the cache manager,
+    the configuration in force, and the metrics and statistics the request leaves."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        lookups: Lookups,
+        trust: Trust,
+        admission: Admission,
+        cache: CacheManager,
+        config: ConfigInForce,
+        metrics: NodeMetrics,
+        stats: StatsRecorder,
+    ) -> None:
+        self.engine, self.lookups, self.trust = engine, lookups, trust
+        self.admission, self.cache, self.config = admission, cache, config
+        self.metrics, self.stats = metrics, stats
 
     # --- steps 1-3 -------------------------------------------------------------------------
 
@@ -167,9 +195,10 @@ class RequestPath:
                 code="too_many_bad_keys",
                 retry_after=wait_s,
             )
-        directory = self.node.directory
-        known = directory.cached_caller(token.strip())
-        caller = await offload.run(directory.caller, token.strip()) if known is UNKNOWN else known
+        known = self.lookups.cached_caller(token.strip())
+        caller = (
+            await offload.run(self.lookups.caller, token.strip()) if known is UNKNOWN else known
+        )
         if not isinstance(caller, Caller):
             throttle.failed(client)
             raise oai.ApiError(
@@ -182,15 +211,15 @@ class RequestPath:
 
     async def resolve(self, trace: RequestTrace, model: str, request_key: str) -> None:
         """Fill ``trace.resolved`` (None for the base model) and admit the request."""
-        node, caller = self.node, trace.caller
+        caller = trace.caller
         assert caller is not None
-        if model == node.engine.settings.served_model_name:
+        if model == self.engine.settings.served_model_name:
             trace.tier = "base"
         else:
             trace.alias = model
-            known = node.directory.cached_alias(caller.tenant_id, model)
+            known = self.lookups.cached_alias(caller.tenant_id, model)
             snapshot = (
-                await offload.run(node.directory.alias, caller.tenant_id, model)
+                await offload.run(self.lookups.alias, caller.tenant_id, model)
                 if known is UNKNOWN
                 else known
             )
@@ -202,72 +231,14 @@ class RequestPath:
                     code="model_not_found",
                 )
             trace.resolved = snapshot.choose(request_key, caller.key_prefix)
-            self.admit(trace.resolved)
-            if not await self.node.signature_ok(trace.resolved):
-                raise oai.ApiError(
-                    403,
-                    f"{trace.resolved.label}'s signature does not verify; it will not be served",
-                    type_="permission_error",
-                    code="signature_invalid",
-                )
-        if not node.rate.allow(caller.tenant_id, caller.requests_per_minute):
-            raise oai.ApiError(
-                429,
-                f"tenant '{caller.tenant_slug}' is over its rate of "
-                f"{caller.requests_per_minute} requests per minute",
-                type_="rate_limit_error",
-                code="rate_limited",
-                retry_after=2,
-            )
-
-    def admit(self, resolved: ResolvedVersion) -> None:
-        settings = self.node.engine.settings
-        if not resolved.servable:
-            raise oai.ApiError(
-                403,
-                f"{resolved.label} is not approved and signed; it cannot be served",
-                type_="permission_error",
-                code="version_not_servable",
-            )
-        if resolved.base_model_revision != settings.base_model_revision:
-            self.node.metrics.version_mismatch.inc()
-            raise oai.ApiError(
-                409,
-                f"{resolved.label} was trained on base revision "
-                f"{resolved.base_model_revision}, but this node serves "
-                f"{settings.served_model_name}@{settings.base_model_revision}",
-                code="base_revision_mismatch",
-            )
-        if resolved.rank > settings.max_lora_rank:
-            raise oai.ApiError(
-                409,
-                f"{resolved.label} has rank {resolved.rank}; this node "
-                f"serves ranks up to {settings.max_lora_rank}",
-                code="rank_too_large",
-            )
+            await self.trust.admit(trace.resolved)
+        self.admission.check_rate(
+            tenant_id=caller.tenant_id,
+            tenant_slug=caller.tenant_slug,
+            rpm=caller.requests_per_minute,
+        )
 
     # --- step 4 and generation -------------------------------------------------------------
-
-    def enter_queue(self) -> None:
-        """Admission at arrival: 503 when every generation slot is busy and the queue is
-        full. Requests waiting for their adapter to load count as queued: once admitted, a
-        request is never refused for having waited on a load."""
-        node = self.node
-        if node.slots.locked() and node.waiting >= node.max_queue:
-            node.metrics.overloaded.inc()
-            raise oai.ApiError(
-                503,
-                "the node is at capacity; retry shortly",
-                type_="overloaded_error",
-                code="overloaded",
-                retry_after=1,
-            )
-        node.waiting += 1
-
-    async def acquire_slot(self, trace: RequestTrace) -> None:
-        waited = time.perf_counter()
-        await self.node.slots.acquire()
-        trace.queue_ms = (time.perf_counter() - waited) * 1000
 
     async def place(self, trace: RequestTrace):
         """Step 4: the adapter's handle, once it is in the engine; None for the base model.
@@ -280,7 +251,7 @@ class RequestPath:
             return None
         caller = trace.caller
         assert caller is not None
-        sla = self.node.sla(caller.priority)
+        sla = self.config.sla(caller.priority)
         owner = Owner(
             tenant_id=caller.tenant_id,
             priority=caller.priority,
@@ -288,7 +259,7 @@ class RequestPath:
             hot_quota=caller.max_hot_adapters,
         )
         try:
-            placed: Placed = await self.node.placement.place(
+            placed: Placed = await self.cache.place(
                 trace.resolved,
                 owner=owner,
                 deadline_s=sla.deadline_ms / 1000,
@@ -298,11 +269,11 @@ class RequestPath:
         except (LoadQueueFull, LoadDeadline) as exc:
             if sla.on_overload == "degrade":
                 trace.tier, trace.degraded = "base", True
-                self.node.metrics.degraded.labels(
-                    tenant=self.node.metrics.labels_for(caller.tenant_slug, "")[0]
+                self.metrics.degraded.labels(
+                    tenant=self.metrics.labels_for(caller.tenant_slug, "")[0]
                 ).inc()
                 return None
-            self.node.metrics.overloaded.inc()
+            self.metrics.overloaded.inc()
             full = isinstance(exc, LoadQueueFull)
             raise oai.ApiError(
                 503,
@@ -339,20 +310,20 @@ class RequestPath:
     def leave_engine(self, trace: RequestTrace) -> None:
         """The request is out of the engine's batch (once per request)."""
         if trace.active:
-            self.node.placement.leave_engine(trace.held, finishing=trace.finishing)
+            self.cache.leave_engine(trace.held, finishing=trace.finishing)
             trace.active = False
 
     def finishing(self, trace: RequestTrace) -> None:
         """The request has one token left: its device slot may go to the next adapter."""
         if trace.active and not trace.finishing:
             trace.finishing = True
-            self.node.placement.finishing_in_engine(trace.held)
+            self.cache.finishing_in_engine(trace.held)
 
     def let_go(self, trace: RequestTrace) -> None:
         """The request no longer needs its adapter in the engine (once per request)."""
         self.leave_engine(trace)
         if trace.held is not None:
-            self.node.placement.release(trace.held)
+            self.cache.release(trace.held)
             trace.held = None
 
     # --- the endpoints ---------------------------------------------------------------------
@@ -367,8 +338,8 @@ class RequestPath:
         trace = RequestTrace()
         try:
             trace.caller = await self.authenticate(request)
-            names = await offload.run(self.node.directory.aliases_of, trace.caller.tenant_id)
-            cards = self.node.engine.model_cards(names, trace.caller.tenant_slug)
+            names = await offload.run(self.lookups.aliases_of, trace.caller.tenant_id)
+            cards = self.engine.model_cards(names, trace.caller.tenant_slug)
         except oai.ApiError as exc:
             return self._error(exc, trace)
         except EngineNotReady as exc:
@@ -379,59 +350,60 @@ class RequestPath:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         trace = RequestTrace()
-        slot = queued = streaming = False
         try:
-            trace.caller = await self.authenticate(request)
-            body = oai.parse(await request.body(), chat=chat)
-            model = body["model"]
-            request_key = (
-                body.get("user") or request.headers.get("x-lorahub-request-key") or uuid.uuid4().hex
-            )
-            await self.resolve(trace, model, request_key)
-            if not self.node.engine.is_ready:
-                raise EngineNotReady(self.node.engine.info().state)
-            engine_request = await self.node.engine.openai_request(chat=chat, body=body)
-            # Place first: a cold load must not hold a generation slot that hot requests
-            # need (no head-of-line blocking).
-            self.enter_queue()
-            queued = True
-            handle = await self.place(trace)
-            await self.acquire_slot(trace)
-            slot = True
-            self.node.waiting -= 1
-            queued = False
-            await self.node.placement.enter_engine(handle.lora_id if handle else None)
-            trace.active = handle is not None
-            # the device slot is free for others as soon as vLLM is done with the request
-            generation = Generation(
-                on_finished=lambda: self.leave_engine(trace),
-                on_last_token=lambda: self.finishing(trace),
-            )
-            result = await self._generate(request, engine_request, handle, model, generation)
-            if isinstance(result, dict):
-                self._observe(trace, generation)
-                self._finish(trace, 200)
-                return JSONResponse(result, headers=trace.headers())
-            # vLLM checks the request when it first runs it: take the first event before
-            # answering, so that a refusal is a plain error response, not one inside a 200
-            first_event = await result.__anext__()
-            refused = _error_event(first_event)
-            if refused is not None:
-                await result.aclose()
-                if generation.died:
-                    raise EngineDied("the engine core exited")
-                raise refused
-            stream = self._sse(first_event, result, trace, generation)
-            slot = False  # from here the stream releases it and the adapter, in its
-            streaming = True  # `finally`
-            # Start the stream before answering: a started async generator is closed
-            # (and its `finally` run) even if the client vanishes before the first byte.
-            first = await stream.__anext__()
-            return StreamingResponse(
-                _Started(first, stream),
-                media_type="text/event-stream",
-                headers=trace.headers(),
-            )
+            # What the request holds (its place in the queue, its generation slot, its
+            # adapter in the engine) is given back when this block ends, or, for a stream, when
+            # the stream ends: it takes them over with ``pop_all``.
+            async with contextlib.AsyncExitStack() as holding:
+                trace.caller = await self.authenticate(request)
+                body = oai.parse(await request.body(), chat=chat)
+                model = body["model"]
+                request_key = (
+                    body.get("user")
+                    or request.headers.get("x-lorahub-request-key")
+                    or uuid.uuid4().hex
+                )
+                await self.resolve(trace, model, request_key)
+                if not self.engine.is_ready:
+                    raise EngineNotReady(self.engine.info().state)
+                engine_request = await self.engine.openai_request(chat=chat, body=body)
+                ticket = holding.enter_context(self.admission.queue())
+                holding.callback(self.let_go, trace)
+                # Place first: a cold load must not hold a generation slot that hot requests
+                # need (no head-of-line blocking).
+                handle = await self.place(trace)
+                await holding.enter_async_context(ticket.slot())
+                trace.queue_ms = ticket.waited_ms
+                await self.cache.enter_engine(handle.lora_id if handle else None)
+                trace.active = handle is not None
+                # the device slot is free for others as soon as vLLM is done with the request
+                generation = Generation(
+                    on_finished=lambda: self.leave_engine(trace),
+                    on_last_token=lambda: self.finishing(trace),
+                )
+                result = await self._generate(request, engine_request, handle, model, generation)
+                if isinstance(result, dict):
+                    self._observe(trace, generation)
+                    self._finish(trace, 200)
+                    return JSONResponse(result, headers=trace.headers())
+                # vLLM checks the request when it first runs it: take the first event before
+                # answering, so that a refusal is a plain error response, not one inside a 200
+                first_event = await result.__anext__()
+                refused = _error_event(first_event)
+                if refused is not None:
+                    await result.aclose()
+                    if generation.died:
+                        raise EngineDied("the engine core exited")
+                    raise refused
+                stream = self._sse(first_event, result, trace, generation, holding.pop_all())
+                # Start the stream before answering: a started async generator is closed
+                # (and its `finally` run) even if the client vanishes before the first byte.
+                first = await stream.__anext__()
+                return StreamingResponse(
+                    _Started(first, stream),
+                    media_type="text/event-stream",
+                    headers=trace.headers(),
+                )
         except oai.ApiError as exc:
             return self._error(exc, trace)
         except EngineNotReady as exc:
@@ -446,7 +418,7 @@ class RequestPath:
                 trace,
             )
         except Exception:
-            if not self.node.engine.is_ready:  # it died under this request: retryable
+            if not self.engine.is_ready:  # it died under this request: retryable
                 return self._error(engine_unavailable("restarting"), trace)
             logger.exception("inference request failed")
             return self._error(
@@ -458,13 +430,6 @@ class RequestPath:
                 ),
                 trace,
             )
-        finally:
-            if queued:
-                self.node.waiting -= 1
-            if slot:
-                self.node.slots.release()
-            if not streaming:
-                self.let_go(trace)
 
     def _observe(self, trace: RequestTrace, generation: Generation) -> None:
         if trace.ttft_ms is None and generation.first_token_s is not None:
@@ -482,7 +447,7 @@ class RequestPath:
     ) -> dict[str, Any] | AsyncGenerator[str, None]:
         """vLLM's answer; a non-streamed one is aborted in vLLM if the client goes away."""
         task = asyncio.ensure_future(
-            self.node.engine.openai(
+            self.engine.openai(
                 engine_request, adapter=handle, model_name=model, generation=generation
             )
         )
@@ -500,7 +465,10 @@ class RequestPath:
         events: AsyncGenerator[str, None],
         trace: RequestTrace,
         generation: Generation,
+        holding: contextlib.AsyncExitStack,
     ) -> AsyncGenerator[bytes, None]:
+        """The events of a streamed answer; ``holding`` (the request's slot, place and
+        adapter) is given back when the stream ends, however it ends."""
         status = 200
         try:
             yield first_event.encode()
@@ -531,15 +499,14 @@ class RequestPath:
             yield oai.sse(oai.ApiError(500, "generation failed", type_="server_error").body())
         finally:
             await events.aclose()
-            self.node.slots.release()
-            self.let_go(trace)
+            await holding.aclose()
             self._observe(trace, generation)
             self._finish(trace, status)
 
     # --- step 5 ----------------------------------------------------------------------------
 
     def _finish(self, trace: RequestTrace, status: int, error: str = "") -> None:
-        metrics, caller, resolved = self.node.metrics, trace.caller, trace.resolved
+        metrics, caller, resolved = self.metrics, trace.caller, trace.resolved
         tenant = caller.tenant_slug if caller else "anonymous"
         adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
         tenant_label, adapter_label = metrics.labels_for(tenant, adapter)
@@ -553,7 +520,7 @@ class RequestPath:
             metrics.count_tier(trace.tier)
         if trace.ttft_ms is not None:
             metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
-        self.node.stats.record(
+        self.stats.record(
             RequestRecord(
                 tenant_id=caller.tenant_id if caller else None,
                 alias=trace.alias[:63],
