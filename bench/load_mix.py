@@ -3,17 +3,22 @@
 Both serve the same demo model with the same LoRA limits (the node's default cache config:
 4 device slots, 16 host slots, rank 16), the same engine settings and seed, and the same
 adapter weights; stock vLLM gets them as static ``--lora-modules``, the node through its
-registry (uploaded, validated, signed, aliased; a throwaway SQLite control plane). Both run
-for the whole benchmark; one is measured at a time (the other is idle), and the order
-alternates per repetition.
+registry (uploaded, validated, signed, aliased; a throwaway SQLite control plane). A second,
+identical stock server (``stock-b``) runs beside them: stock-b / stock is the A/A ratio, the
+noise floor printed beside every node / stock ratio (on this 2-core machine three repetitions
+of the same server against itself move by 10-40 %). All three run for the whole benchmark;
+one is measured at a time (the others are idle), and the order rotates per repetition, so
+each server goes first once in three (measured with an outside script at C=16 over 8 pairs:
+whichever server ran first in a pair had the lower throughput in all 8, so a fixed order
+biases every ratio).
 
 Each point: ``--requests`` streamed completions (max_tokens 16 with ignore_eos, so every
 request makes the same work) from C concurrent clients, C in 1, 8, 32, over
   (a) 3 models that fit in max_loras: two adapter aliases and the base model, in turn;
   (b) 12 adapter aliases with Zipf(1.0) popularity: more adapters than device slots.
-The same request sequence goes to both. Printed per point: req/s, completion tokens/s, TTFT
-p50/p95/p99 (client side: request sent to the first streamed token), and node/stock ratios;
-then the median ratio over the repetitions.
+The same request sequence goes to all three. Printed per point: req/s, completion tokens/s,
+TTFT p50/p95/p99 (client side: request sent to the first streamed token), node/stock and
+stock-b/stock ratios per repetition, their medians, and the A/A range.
 
 Also printed: the CPU time each server's processes spent per request (psutil, user + system),
 split into the front process (the node's uvicorn process, or stock vLLM's API server) and
@@ -50,6 +55,7 @@ from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E40
 CONCURRENCY = (1, 8, 32)
 MAX_TOKENS = 16
 ZIPF_ALIASES = 12
+SERVERS = ("node", "stock", "stock-b")  # stock-b: the same stock server again, for A/A
 
 
 @dataclass
@@ -209,58 +215,74 @@ def main() -> None:
         engine = EngineSettings.from_django_settings()
         demo = Path(settings.LORAHUB_DEMO_DIR)
         modules = {"support": demo / "adapters" / "support-v1", **mix}
-        node_port, stock_port = free_port(), free_port()
-        node_url, stock_url = f"http://127.0.0.1:{node_port}", f"http://127.0.0.1:{stock_port}"
+        ports = {name: free_port() for name in SERVERS}
+        urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
         logs = Path(tmp)
-        node = subprocess.Popen(
-            [sys.executable, "manage.py", "runnode", "--port", str(node_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=(logs / "node.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        stock = subprocess.Popen(
-            engine.stock_server_argv(stock_port, modules),
-            cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")},
-            stdout=(logs / "stock.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
+        stock_env = {k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")}
+        procs = {
+            "node": subprocess.Popen(
+                [sys.executable, "manage.py", "runnode", "--port", str(ports["node"])],
+                cwd=ROOT,
+                env=env,
+                stdout=(logs / "node.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            ),
+            **{
+                name: subprocess.Popen(
+                    engine.stock_server_argv(ports[name], modules),
+                    cwd=ROOT,
+                    env=stock_env,
+                    stdout=(logs / f"{name}.log").open("wb"),
+                    stderr=subprocess.STDOUT,
+                )
+                for name in ("stock", "stock-b")
+            },
+        }
         try:
-            wait_ready(node_url, "/healthz", node, "the node")
-            wait_ready(stock_url, "/health", stock, "stock vLLM")
-            pids = {"node": node.pid, "stock": stock.pid}
-            results = run(args, engine, key, node_url, stock_url, sorted(mix), pids)
+            for name, proc in procs.items():
+                health = "/healthz" if name == "node" else "/health"
+                wait_ready(urls[name], health, proc, name)
+            servers = {
+                name: (urls[name], key if name == "node" else "none", procs[name].pid)
+                for name in SERVERS
+            }
+            results = run(args, engine, servers, sorted(mix))
         finally:
-            for proc in (node, stock):
+            for proc in procs.values():
                 proc.terminate()
-            for proc in (node, stock):
+            for proc in procs.values():
                 proc.wait(timeout=60)
     report(results, args, engine)
 
 
-def run(args, engine, key: str, node_url: str, stock_url: str, mix: list[str], pids):
+def rotation(rep: int) -> list[str]:
+    """The servers in the order repetition ``rep`` measures them: each goes first once in
+    every ``len(SERVERS)`` repetitions."""
+    k = rep % len(SERVERS)
+    return [*SERVERS[k:], *SERVERS[:k]]
+
+
+def run(args, engine, servers: dict[str, tuple[str, str, int]], mix: list[str]):
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    servers = {"node": (node_url, key), "stock": (stock_url, "none")}
     loads = workloads(engine.served_model_name, mix, args.requests)
     if args.only:
         loads = {name: jobs for name, jobs in loads.items() if name.startswith(args.only)}
-    for name, (url, secret) in servers.items():  # warm-up: every model once, cold loads
+    for name, (url, secret, _) in servers.items():  # warm-up: every model once, cold loads
         for model in sorted({m for jobs in loads.values() for m, _ in jobs}):
             asyncio.run(drive(url, secret, [(model, next(iter(loads.values()))[0][1])], 1))
         print(f"warmed up {name}", flush=True)
     results: dict[tuple[str, int, str], list[Point]] = {}
     for rep in range(args.reps):
-        order = ["node", "stock"] if rep % 2 == 0 else ["stock", "node"]
+        order = rotation(rep)
         for load, jobs in loads.items():
             for c in CONCURRENCY:
                 subset = jobs[: max(c, len(jobs) // 3)] if c == 1 else jobs
                 for name in order:
-                    url, secret = servers[name]
-                    point = measured(url, secret, subset, c, pids[name])
+                    url, secret, pid = servers[name]
+                    point = measured(url, secret, subset, c, pid)
                     results.setdefault((load, c, name), []).append(point)
                     print(
-                        f"rep {rep + 1} {load:<20} C={c:<3} {name:<6} {point.rps:6.1f} req/s "
+                        f"rep {rep + 1} {load:<20} C={c:<3} {name:<7} {point.rps:6.1f} req/s "
                         f"TTFT p50 {point.p(0.5):7.1f} p95 {point.p(0.95):7.1f} ms  CPU/req "
                         f"front {point.front_cpu_ms:5.2f} engine {point.engine_cpu_ms:5.1f} ms"
                         + (f"  {point.errors} errors" if point.errors else ""),
@@ -276,7 +298,7 @@ def report(results, args, engine) -> None:
         f"max_loras={engine.max_loras}, max_cpu_loras={engine.max_cpu_loras}\n"
     )
     head = (
-        f"{'load':<20}{'C':>4}{'server':>7}{'req/s':>8}{'tok/s':>8}"
+        f"{'load':<20}{'C':>4}{'server':>8}{'req/s':>8}{'tok/s':>8}"
         f"{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'err':>5}{'front cpu':>11}{'engine cpu':>11}"
     )
     print(head)
@@ -287,27 +309,38 @@ def report(results, args, engine) -> None:
         front = statistics.median(p.front_cpu_ms for p in points)
         engine_cpu = statistics.median(p.engine_cpu_ms for p in points)
         print(
-            f"{load:<20}{c:>4}{name:>7}{rps:>8.1f}{tps:>8.0f}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}"
+            f"{load:<20}{c:>4}{name:>8}{rps:>8.1f}{tps:>8.0f}{p50:>9.1f}{p95:>9.1f}{p99:>9.1f}"
             f"{sum(p.errors for p in points):>5}{front:>9.2f}ms{engine_cpu:>9.1f}ms"
         )
     print(
-        "\nnode / stock, per repetition and median (throughput: higher is better; "
-        "TTFT: lower is better)\n"
+        "\nper repetition and median, against stock (throughput: higher is better; TTFT: lower "
+        "is better). A/A is stock-b / stock: a ratio of node / stock inside the A/A range "
+        "[min, max] is no different from stock in this run\n"
     )
     print(
-        f"{'load':<20}{'C':>4}  {'req/s ratio':<26}{'TTFT p95 ratio':<26}"
-        f"{'front CPU/req ratio':<26}"
+        f"{'load':<20}{'C':>4}  {'metric':<10}{'node / stock':<26}{'A/A stock-b / stock':<26}"
+        f"{'A/A range':<14}"
     )
     loads = sorted({(load, c) for load, c, _ in results})
     for load, c in loads:
-        node, stock = results[(load, c, "node")], results[(load, c, "stock")]
-        rps = [n.rps / s.rps for n, s in zip(node, stock, strict=True)]
-        p95 = [n.p(0.95) / s.p(0.95) for n, s in zip(node, stock, strict=True)]
-        front = [n.front_cpu_ms / s.front_cpu_ms for n, s in zip(node, stock, strict=True)]
-        cell = lambda xs: (  # noqa: E731
-            " ".join(f"{x:.2f}" for x in xs) + f" | {statistics.median(xs):.2f}"
-        )
-        print(f"{load:<20}{c:>4}  {cell(rps):<26}{cell(p95):<26}{cell(front):<26}")
+        stock = results[(load, c, "stock")]
+        for metric, value in (
+            ("req/s", lambda p: p.rps),
+            ("TTFT p95", lambda p: p.p(0.95)),
+            ("front CPU", lambda p: p.front_cpu_ms),
+        ):
+            node = ratios(results[(load, c, "node")], stock, value)
+            aa = ratios(results[(load, c, "stock-b")], stock, value)
+            spread = f"[{min(aa):.2f}, {max(aa):.2f}]"
+            print(f"{load:<20}{c:>4}  {metric:<10}{cell(node):<26}{cell(aa):<26}{spread:<14}")
+
+
+def ratios(these: list[Point], stock: list[Point], value) -> list[float]:
+    return [value(a) / value(b) for a, b in zip(these, stock, strict=True)]
+
+
+def cell(xs: list[float]) -> str:
+    return " ".join(f"{x:.2f}" for x in xs) + f" | {statistics.median(xs):.2f}"
 
 
 if __name__ == "__main__":
