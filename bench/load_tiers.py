@@ -94,7 +94,7 @@ async def main(repeats: int, hot_samples: int) -> None:
     from apps.serving import demo_corpus as corpus
     from apps.serving.cache import download
     from apps.serving.cache.manager import CacheManager, Limits
-    from apps.serving.cache.policy import LRU
+    from apps.serving.cache.policies import LRU
     from apps.serving.demo_assets import build_demo_assets
     from apps.serving.node.engine import Engine, EngineSettings
     from bench.direct import Sampling, complete

@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from apps.serving.cache.policy import POLICIES, SETTINGS, Weighted  # noqa: E402
+from apps.serving.cache.policies import POLICIES, SETTINGS, Weighted  # noqa: E402
 from apps.serving.replay import traces  # noqa: E402
 from apps.serving.replay.offline import model_learner_hits  # noqa: E402
 from apps.serving.replay.run import optimum, summarize  # noqa: E402

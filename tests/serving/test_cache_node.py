@@ -18,7 +18,7 @@ import pytest
 
 from apps.registry.aliases import load_version
 from apps.serving import demo_corpus as corpus
-from apps.serving.cache.policy import Adaptive, make_policy
+from apps.serving.cache.policies import Adaptive, make_policy
 from apps.serving.config import SETTINGS_ID
 from apps.serving.demo_assets import build_extra_adapters
 from apps.serving.models import CacheSettings

@@ -25,7 +25,7 @@ from apps.serving.cache.manager import (
     LoadDeadline,
     LoadQueueFull,
 )
-from apps.serving.cache.policy import LRU
+from apps.serving.cache.policies import LRU
 from tests.helpers import signed_version
 
 

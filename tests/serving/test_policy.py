@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.serving.cache.policy import (
+from apps.serving.cache.policies import (
     GDSF,
     LFU,
     LRU,

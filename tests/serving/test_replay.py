@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apps.serving.cache import policy as node_policy
-from apps.serving.cache.policy import (
+from apps.serving.cache import policies as node_policy
+from apps.serving.cache.policies import (
     POLICIES,
     Adaptive,
     Census,
+    Defaults,
     Resident,
     make_policy,
     rank,
@@ -321,8 +322,9 @@ def test_the_replay_s_heap_order_picks_the_same_victims_as_the_node_s_ranking(
     assert ids == [r.version_id for r in by_key]
 
 
-class Ranked:
-    """A policy without ``retention``: the replay must rank it on every miss, as the node does."""
+class Ranked(Defaults):
+    """A policy without a ``retention_key``: the replay must rank it on every miss, as the node
+    does."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
@@ -335,11 +337,15 @@ class Ranked:
     def on_evict(self, resident, now):
         return self.policy.on_evict(resident, now)
 
+    def prepare(self, residents, now):
+        return self.policy.prepare(residents, now)
+
 
 class RankedAdaptive(Adaptive):
     """The default without heaps: every setting ranks the residents on every miss."""
 
-    retention = None  # type: ignore[assignment]
+    def retention_key(self):
+        return None
 
 
 EVERY = "weighted, judging every eviction"

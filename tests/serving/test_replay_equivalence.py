@@ -20,7 +20,7 @@ from apps.registry import signing
 from apps.registry.storage import LocalStore
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import CacheManager, Limits
-from apps.serving.cache.policy import make_policy
+from apps.serving.cache.policies import make_policy
 from apps.serving.replay.simulate import Capacity, Costs, replay
 from apps.serving.replay.traces import Adapter, Trace
 from tests.helpers import signed_version

@@ -38,7 +38,7 @@ from apps.registry import signing
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.registry.validation import sha256_file
-from apps.serving.cache.policy import Policy, Resident, rank
+from apps.serving.cache.policies import Policy, Resident, rank
 from apps.serving.cache.versions import CachedVersion
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from apps.registry.aliases import ResolvedVersion
 from apps.serving.cache.gate import DeviceGate
-from apps.serving.cache.policy import Policy, Resident, rank, select_victims
+from apps.serving.cache.policies import Policy, Resident, rank, select_victims
 from apps.serving.cache.versions import CachedVersion
 
 MIB = 1024**2

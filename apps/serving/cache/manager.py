@@ -45,7 +45,7 @@ from apps.serving.cache import download
 from apps.serving.cache.disk import DiskIndex, DiskTier, IntegrityFailure, Landed, OnDisk
 from apps.serving.cache.engine_tiers import EngineTiers, Owner
 from apps.serving.cache.loads import LoadQueue
-from apps.serving.cache.policy import Adaptive, Policy, Resident, make_policy, rank
+from apps.serving.cache.policies import Policy, Resident, make_policy, rank
 from apps.serving.cache.versions import CachedVersion, State, Versions
 from apps.serving.node import offload
 from apps.serving.node.engine import AdapterHandle, Engine
@@ -178,10 +178,9 @@ class CacheManager:
         """Take a new configuration live: policy, caps, TTL and the load queue's limits.
         (The LoRA slot counts are the engine's and change only with a restart.)"""
         cache = config.adapter_cache
-        if cache.gpu_hot.eviction_policy != getattr(self.policy, "name", None) and not (
-            cache.gpu_hot.eviction_policy == "weighted_lru" and self.policy.name == "weighted"
-        ):
-            self.policy = make_policy(cache.gpu_hot.eviction_policy)
+        wanted = make_policy(cache.gpu_hot.eviction_policy)
+        if wanted.name != self.policy.name:  # the same policy keeps what it learned
+            self.policy = wanted
         self.limits = Limits.from_config(config)
 
     @property
@@ -364,8 +363,7 @@ class CacheManager:
         self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
         handle = self._handle(resolved)
         started = time.monotonic()
-        if isinstance(self.policy, Adaptive):  # it counts every use itself, in every tier
-            self.policy.observe(record.version_id, started)
+        self.policy.observe(record.version_id, started)  # a learning policy counts every use
         placed: Placed | None = None
         while True:
             if record.quarantined:

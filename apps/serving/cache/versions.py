@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from apps.serving.cache.policy import Resident
+from apps.serving.cache.policies import Resident
 
 
 class State(StrEnum):

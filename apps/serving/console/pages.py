@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.serving import config, quarantine, services
-from apps.serving.cache.policy import POLICIES
+from apps.serving.cache.policies import POLICIES
 from apps.serving.console import charts, dashboards, node_client
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services

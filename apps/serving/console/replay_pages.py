@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.serving import config, services
-from apps.serving.cache.policy import POLICIES
+from apps.serving.cache.policies import POLICIES
 from apps.serving.console import charts
 from apps.serving.models import ReplayRun
 from apps.serving.replay import run

@@ -29,7 +29,7 @@ from apps.registry.storage import get_store
 from apps.serving import node_registry
 from apps.serving.cache import download
 from apps.serving.cache.manager import CacheManager, Limits
-from apps.serving.cache.policy import make_policy
+from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
 from apps.serving.node import offload
 from apps.serving.node.admission import Admission

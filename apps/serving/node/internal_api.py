@@ -18,7 +18,6 @@ from starlette.responses import JSONResponse, Response
 from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
-from apps.serving.cache.policy import Adaptive
 from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
@@ -240,9 +239,7 @@ class InternalApi:
         return _json(
             {
                 "policy": cache.policy.name,
-                "policy_state": (
-                    cache.policy.describe() if isinstance(cache.policy, Adaptive) else None
-                ),
+                "policy_state": cache.policy.describe(),
                 "limits": {
                     "max_loras": engine.max_loras,
                     "max_cpu_loras": engine.max_cpu_loras,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.serving.cache.policy import POLICIES, SETTINGS, Adaptive, Weighted, make_policy
+from apps.serving.cache.policies import POLICIES, SETTINGS, Adaptive, Weighted, make_policy
 from apps.serving.replay import traces
 from apps.serving.replay.offline import Oracle, belady_hits, known_popularity_hits
 from apps.serving.replay.simulate import MB, TIERS, Capacity, Costs, Result, replay

@@ -24,7 +24,7 @@ cost is counted in that request's TTFT (base TTFT + waiting + loading).
 Policies that have a time-invariant ``retention`` key (lru, lfu and each of the default's
 settings) are kept in a heap and handed to ``select_victims`` already ordered; the others are
 ranked on every miss. Either way the policy object and ``select_victims`` are the node's, and
-the default (``Adaptive``) sees every request (``observe``) as it does on the node.
+every policy sees every request (``observe``: the default learns from them) as on the node.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apps.serving.cache.policy import (
-    Adaptive,
+from apps.serving.cache.policies import (
     Census,
     Policy,
     Resident,
@@ -198,9 +197,9 @@ class _Heap:
 
 
 class _Tier:
-    """One tier's residents and, for policies with a fixed ``retention``, a heap of them —
-    one per setting for an ``Adaptive`` policy, so that every setting's choice is at hand
-    and a change of the active setting costs nothing."""
+    """One tier's residents and, for policies with a fixed ``retention_key``, a heap of them —
+    one per setting of the policy (the default has three), so that every setting's choice is
+    at hand and a change of the active setting costs nothing."""
 
     def __init__(self, policy: Policy, *, evicts: bool = True) -> None:
         self.policy = policy
@@ -209,11 +208,9 @@ class _Tier:
         self.bytes = 0
         self.heaps: list[_Heap] = []
         # (a tier that never evicts, such as an unbounded disk, keeps no heap)
-        if evicts and getattr(policy, "retention", None) is not None:
-            if isinstance(policy, Adaptive):
-                self.heaps = [_Heap(policy.expert(e).retention) for e in range(len(policy.experts))]
-            else:
-                self.heaps = [_Heap(policy.retention)]  # type: ignore[attr-defined]
+        if evicts and policy.retention_key() is not None:
+            keys = [setting.retention_key() for setting in policy.settings()]
+            self.heaps = [_Heap(key) for key in keys if key is not None]
 
     def put(self, key: int, resident: Resident) -> None:
         old = self.residents.get(key)
@@ -242,13 +239,12 @@ class _Tier:
         self, now: float, skip: Callable[[int], bool], setting: int | None = None
     ) -> _Ordered | list[Resident]:
         """The residents not skipped, in the policy's eviction order (``setting``: in that
-        setting's order, for an ``Adaptive`` policy; else the active one's)."""
+        setting's order; else the active one's)."""
         policy = self.policy
         if setting is None:
-            setting = policy.active if isinstance(policy, Adaptive) else 0
+            setting = policy.active
         if not self.heaps:
-            if isinstance(policy, Adaptive):
-                policy = policy.expert(setting)
+            policy = policy.settings()[setting]
             return rank(
                 [r for k, r in self.residents.items() if not skip(k)], policy=policy, now=now
             )
@@ -327,7 +323,7 @@ def replay(
     tiers = result.tiers
     next_expiry = 0.0
     l2_ms = costs.l2_ms
-    observe = policy.observe if isinstance(policy, Adaptive) else None
+    observe = policy.observe
     started = time.perf_counter()
 
     def refill_l1() -> None:
@@ -365,8 +361,7 @@ def replay(
         adapter = adapters[key]
         size = adapter.size_bytes
         bytes_requested += size
-        if observe is not None:  # every request, as the node's placement does
-            observe(key, now)
+        observe(key, now)  # every request, as the node's cache manager does
         if ttl is not None and now >= next_expiry:  # the node's TTL sweep, once a second
             next_expiry = now + 1.0
             cutoff = now - ttl

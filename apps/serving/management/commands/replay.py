@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.serving.cache.policy import POLICIES
+from apps.serving.cache.policies import POLICIES
 from apps.serving.replay import report as tables
 from apps.serving.replay import run
 from apps.serving.replay.simulate import Capacity, Costs
