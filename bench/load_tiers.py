@@ -186,7 +186,7 @@ async def main(repeats: int, hot_samples: int) -> None:
             fetch, verify, floor = [], [], []
             for _ in range(repeats):
                 placement.evict_from_disk(resolved)
-                timings = placement.to_disk(resolved).timings
+                timings = placement.land(resolved).timings
                 fetch.append(timings["fetch_ms"])
                 verify.append(timings["verify_ms"])
                 floor.append(
@@ -228,8 +228,8 @@ async def main(repeats: int, hot_samples: int) -> None:
             resolved = versions[name]
             check, add, floor = [], [], []
             for _ in range(repeats):
-                await placement.remove(resolved.version_id)
-                placed = await placement.place(resolved)
+                await placement.unload(resolved.version_id)
+                placed = await placement.activate(resolved)
                 check.append(placed.timings["check_ms"])
                 add.append(placed.timings["add_ms"])
                 folder = placement.disk.folder(resolved)
@@ -246,7 +246,7 @@ async def main(repeats: int, hot_samples: int) -> None:
         # --- L2 -> L1: activation in a device slot -----------------------------------------
         handles = {}
         for name in ("support-v1", "support-v2", "legal-v1"):
-            handles[name] = (await placement.place(versions[name])).handle
+            handles[name] = (await placement.activate(versions[name])).handle
         first, hot = [], []
         for i in range(repeats):
             for name in ("support-v1", "support-v2"):  # these two now hold both slots
@@ -275,9 +275,9 @@ async def main(repeats: int, hot_samples: int) -> None:
         while len(busy) < hot_samples:
             quiet += await hot_ttfts(2)
             resolved = versions[names[loads % 2]]
-            await placement.remove(resolved.version_id)
+            await placement.unload(resolved.version_id)
             await asyncio.to_thread(placement.evict_from_disk, resolved)
-            load = asyncio.create_task(placement.place(resolved))  # L4 -> L3 -> L2
+            load = asyncio.create_task(placement.activate(resolved))  # L4 -> L3 -> L2
             loads += 1
             i = 0
             while not load.done():

@@ -95,7 +95,7 @@ def test_concurrent_requests_for_a_cold_version_share_one_fetch_and_one_add(worl
 
     async def scenario():
         engine.add_delay = 0.05
-        return await asyncio.gather(*(placement.place(version(1)) for _ in range(20)))
+        return await asyncio.gather(*(placement.activate(version(1)) for _ in range(20)))
 
     placed = run(scenario())
     assert engine.adds == [1]
@@ -109,11 +109,11 @@ def test_a_missed_deadline_raises_but_the_load_carries_on(world):
     async def scenario():
         engine.add_delay = 0.2
         with pytest.raises(LoadDeadline):
-            await placement.place(version(1), deadline_s=0.01)
+            await placement.activate(version(1), deadline_s=0.01)
         async with asyncio.timeout(5):  # nobody waits for it any more: it loads all the same
             while not placement.holds(1):
                 await asyncio.sleep(0.01)
-        return await placement.place(version(1), deadline_s=0.0)
+        return await placement.activate(version(1), deadline_s=0.0)
 
     found = run(scenario())  # loaded by the first request's load, which went on
     assert found.tier in ("L1", "L2") and found.load_ms == 0
@@ -125,15 +125,15 @@ def test_a_full_load_queue_refuses_or_waits_by_mode(world):
 
     async def scenario():
         engine.gate.clear()  # adds block until released
-        first = asyncio.ensure_future(placement.place(version(1)))
-        second = asyncio.ensure_future(placement.place(version(2)))
+        first = asyncio.ensure_future(placement.activate(version(1)))
+        second = asyncio.ensure_future(placement.activate(version(2)))
         await asyncio.sleep(0.05)
         assert placement.loading() == 2  # max_pending
         with pytest.raises(LoadQueueFull):
-            await placement.place(version(3), wait_for_room=False)
+            await placement.activate(version(3), wait_for_room=False)
         with pytest.raises(LoadDeadline):
-            await placement.place(version(3), deadline_s=0.05)
-        waiting = asyncio.ensure_future(placement.place(version(3)))
+            await placement.activate(version(3), deadline_s=0.05)
+        waiting = asyncio.ensure_future(placement.activate(version(3)))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         engine.gate.set()
@@ -148,11 +148,11 @@ def test_requests_for_loaded_versions_never_wait_behind_a_cold_load(world):
     placement, engine, version = world
 
     async def scenario():
-        await placement.place(version(1))
+        await placement.activate(version(1))
         engine.gate.clear()
-        cold = asyncio.ensure_future(placement.place(version(2)))
+        cold = asyncio.ensure_future(placement.activate(version(2)))
         await asyncio.sleep(0.02)
-        hot = await asyncio.wait_for(placement.place(version(1)), timeout=0.5)
+        hot = await asyncio.wait_for(placement.activate(version(1)), timeout=0.5)
         assert not cold.done()
         engine.gate.set()
         await cold
@@ -166,8 +166,8 @@ def test_a_version_in_use_is_never_removed_a_load_waits_for_it_instead(world):
 
     async def scenario():
         for n in (1, 2, 3):  # fill the three host slots, each held by a running request
-            await placement.place(version(n), hold=True)
-        fourth = asyncio.ensure_future(placement.place(version(4)))
+            await placement.activate(version(n), hold=True)
+        fourth = asyncio.ensure_future(placement.activate(version(4)))
         await asyncio.sleep(0.05)
         assert not fourth.done() and engine.removed == []
         placement.release(2)
@@ -182,9 +182,9 @@ def test_a_tenant_at_its_warm_quota_displaces_its_own_version(world):
     tight = Owner(tenant_id=1, warm_quota=1)
 
     async def scenario():
-        await placement.place(version(10, tenant=2), owner=Owner(tenant_id=2))
-        await placement.place(version(1), owner=tight)
-        await placement.place(version(2), owner=tight)
+        await placement.activate(version(10, tenant=2), owner=Owner(tenant_id=2))
+        await placement.activate(version(1), owner=tight)
+        await placement.activate(version(2), owner=tight)
 
     run(scenario())
     assert engine.removed == [1]
@@ -232,9 +232,9 @@ def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
     placement.limits = Limits(disk_bytes=int(2.5 * size))
 
     async def scenario():
-        await placement.place(version(1))  # in the engine: stays on disk
+        await placement.activate(version(1))  # in the engine: stays on disk
         for n in (2, 3, 4):
-            await asyncio.to_thread(placement.to_disk, version(n))
+            await asyncio.to_thread(placement.land, version(n))
 
     run(scenario())
     on_disk = {row["version_id"] for row in placement.residents()["L3"]}
@@ -271,7 +271,7 @@ def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
 
     async def scenario():
         for n in (1, 2, 3):
-            await asyncio.to_thread(placement.to_disk, version(n))
+            await asyncio.to_thread(placement.land, version(n))
         placement.deprecate(3)  # the most recently used, but replaced by its alias
         placement.limits = Limits(disk_bytes=int(2.5 * size))
         placement.trim_disk()
@@ -287,7 +287,7 @@ def test_two_landings_of_one_version_at_once_make_one_download(world):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        tiers = sorted(found.found_in for found in pool.map(placement.to_disk, [version(1)] * 4))
+        tiers = sorted(found.found_in for found in pool.map(placement.land, [version(1)] * 4))
     assert tiers == ["L3", "L3", "L3", "L4"]
     assert placement.disk.has(version(1))
 
@@ -307,9 +307,9 @@ def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resu
 
     async def scenario():
         engine.gate.clear()  # v1's add waits, holding the load slot
-        first = asyncio.ensure_future(placement.place(version(1), hold=True))
+        first = asyncio.ensure_future(placement.activate(version(1), hold=True))
         await until(lambda: engine.entered == [1])
-        second = asyncio.ensure_future(placement.place(version(2), hold=True))
+        second = asyncio.ensure_future(placement.activate(version(2), hold=True))
         await until(lambda: 2 in placement.on_disk.members)  # landed; next it queues for the slot
         await asyncio.sleep(0.05)
         engine.gate.set()
@@ -450,7 +450,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
     async def scenario():
         states["before"] = state(1)
         engine.gate.clear()  # the add waits: the version is on disk and loading
-        load = asyncio.ensure_future(placement.place(version(1)))
+        load = asyncio.ensure_future(placement.activate(version(1)))
         async with asyncio.timeout(5):
             while engine.entered != [1]:
                 await asyncio.sleep(0.01)
@@ -461,7 +461,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         await load
         states["loaded"] = state(1)
         states["disk row"] = row_state(1, "L3")
-        await placement.place(version(1), hold=True)
+        await placement.activate(version(1), hold=True)
         states["held"] = state(1)
         assert placement.busy(1) and placement.in_use(1) == 1
         placement.release(1)
@@ -469,10 +469,10 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         await placement.pin(version(1))
         states["pinned"] = state(1)
         states["pinned row"] = row_state(1, "L1")
-        await placement.remove(1)
+        await placement.unload(1)
         states["removed"] = state(1)
         placement.deprecate(1)
-        await placement.place(version(1))  # loaded again: still deprecated
+        await placement.activate(version(1))  # loaded again: still deprecated
         states["deprecated row"] = next(
             r["deprecated"] for r in placement.residents()["L2"] + placement.residents()["L1"]
         )
@@ -482,7 +482,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         placement.quarantined = {2}
         states["quarantined"] = state(2)
         with pytest.raises(AdapterIntegrityError):
-            await placement.place(version(2))
+            await placement.activate(version(2))
 
     run(scenario())
     assert states == {
@@ -508,7 +508,7 @@ def test_after_an_engine_restart_no_record_says_it_is_in_the_engine(world):
 
     async def scenario():
         await placement.pin(version(1))
-        await placement.place(version(2), hold=True)
+        await placement.activate(version(2), hold=True)
         placement.forget_engine()
 
     run(scenario())
@@ -522,11 +522,11 @@ def test_a_deprecated_version_loaded_again_is_still_the_first_to_leave_the_engin
     placement, engine, version = world
 
     async def scenario():
-        await asyncio.to_thread(placement.to_disk, version(1))
+        await asyncio.to_thread(placement.land, version(1))
         placement.deprecate(1)  # on disk only when its alias moves on
         for n in (2, 3, 1):  # v1 is the most recently used of the three
-            await placement.place(version(n))
-        await placement.place(version(4))  # max_cpu_loras = 3: one must go
+            await placement.activate(version(n))
+        await placement.activate(version(4))  # max_cpu_loras = 3: one must go
 
     run(scenario())
     assert engine.removed == [1]

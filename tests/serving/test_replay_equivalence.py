@@ -67,7 +67,7 @@ def test_a_replay_and_the_live_cache_manager_agree_on_every_request(tmp_path, de
         tiers = []
         for name in SEQUENCE:
             resolved = versions[name]
-            placed = await cache.place(
+            placed = await cache.activate(
                 resolved, owner=Owner(tenant_id=resolved.tenant_id), hold=True
             )
             tiers.append(placed.tier)

@@ -11,9 +11,15 @@
 This module orchestrates; the bookkeeping lives in ``cache/``: one record per version with
 its whole state (``versions.py``), the engine tiers L1/L2 and the device-slot gate
 (``engine_tiers.py``, ``gate.py``), the disk index (``disk.DiskIndex``) and the load queue
-(``loads.py``). Every decision about what leaves comes from a pure policy (``policy.py``);
+(``loads.py``). Every decision about what leaves comes from a pure policy (``policies/``);
 vLLM's own LRU never decides: before an add would overflow the host cache, the policy's
 victim is removed first.
+
+The tier moves, one verb each: ``land`` (L4 to L3: fetch, verify, seal), ``activate`` (into
+the engine, from whatever tier holds it: what a request asks for), ``pin`` (into L1),
+``evict`` (out of a tier and those above it), ``unload`` (out of the engine, for the callers
+above that checked ``in_use``), ``drain`` (empty the engine and, optionally, the disk). The
+engine is anything with the ``EngineSlots`` protocol (``engine_slots.py``).
 
 Loading is single-flight per version (one fetch and one engine add however many requests
 wait), bounded (a limit on concurrent fetches and on concurrent engine adds, and on how many
@@ -41,14 +47,14 @@ from pathlib import Path
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
+from apps.serving import offload
 from apps.serving.cache import download
 from apps.serving.cache.disk import DiskIndex, DiskTier, IntegrityFailure, Landed, OnDisk
+from apps.serving.cache.engine_slots import AdapterHandle, EngineSlots
 from apps.serving.cache.engine_tiers import EngineTiers, Owner
 from apps.serving.cache.loads import LoadQueue
 from apps.serving.cache.policies import Policy, Resident, make_policy, rank
 from apps.serving.cache.versions import CachedVersion, State, Versions
-from apps.serving.node import offload
-from apps.serving.node.engine import AdapterHandle, Engine
 from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
@@ -127,7 +133,7 @@ class CacheManager:
     def __init__(
         self,
         *,
-        engine: Engine,
+        engine: EngineSlots,
         store: ObjectStore,
         root: Path,
         public_keys: Callable[[], dict[str, str]],
@@ -210,7 +216,7 @@ class CacheManager:
             )
             self.on_disk.add(record, resident, entry.path)
 
-    def to_disk(self, resolved: ResolvedVersion) -> OnDiskNow:
+    def land(self, resolved: ResolvedVersion) -> OnDiskNow:
         """L3 if the sealed copy checks out, else land it from L4 (blocking).
 
         Returns the tier it was found in and the time spent per step (ms). One caller at a
@@ -219,9 +225,9 @@ class CacheManager:
         """
         record = self._record(resolved)
         with record.landing:
-            return self._to_disk(resolved, record)
+            return self._land(resolved, record)
 
-    def _to_disk(self, resolved: ResolvedVersion, record: CachedVersion) -> OnDiskNow:
+    def _land(self, resolved: ResolvedVersion, record: CachedVersion) -> OnDiskNow:
         timings: dict[str, float] = {}
         if self.disk.has(resolved):
             started = time.perf_counter()
@@ -340,7 +346,7 @@ class CacheManager:
     def loading(self) -> int:
         return len(self.loads)
 
-    async def place(
+    async def activate(
         self,
         resolved: ResolvedVersion,
         *,
@@ -427,10 +433,10 @@ class CacheManager:
     ) -> Placed:
         started = time.perf_counter()
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
-            found = await offload.run(self.to_disk, resolved)
+            found = await offload.run(self.land, resolved)
         else:
             async with self.loads.fetch_slots:  # the download runs in another process
-                found = await offload.run(self.to_disk, resolved)
+                found = await offload.run(self.land, resolved)
         tier, timings = found.found_in, found.timings
         async with self.loads.load_slots:
             await self._make_room(owner, incoming=resolved.size_bytes)
@@ -475,7 +481,7 @@ class CacheManager:
                 return
             for victim in victims:
                 self.policy.on_evict(victim, time.monotonic())
-                await self.remove(victim.version_id)
+                await self.unload(victim.version_id)
                 if self.on_evict:
                     self.on_evict("L2", victim.tenant_id)
 
@@ -488,7 +494,7 @@ class CacheManager:
         expired = self.expire()
         for version_id in expired:
             tenant_id = self.residency_owner(version_id)
-            await self.remove(version_id)
+            await self.unload(version_id)
             if self.on_evict:
                 self.on_evict("L2", tenant_id)
         return len(expired)
@@ -503,7 +509,7 @@ class CacheManager:
         owner = owner or Owner(tenant_id=resolved.tenant_id)
         record = self._record(resolved)
         self.tiers.check_pin(record, owner, resolved)
-        placed = await self.place(resolved, owner=owner, hold=True)
+        placed = await self.activate(resolved, owner=owner, hold=True)
         try:
             if record.pinned:
                 return placed
@@ -554,7 +560,7 @@ class CacheManager:
         record = self.versions.get(version_id)
         return record is not None and record.pinned
 
-    async def remove(self, version_id: int) -> bool:
+    async def unload(self, version_id: int) -> bool:
         """Take a version out of the engine (L1 and L2); its disk copy stays.
 
         Callers check ``in_use`` first: removing an adapter under a running request kills
@@ -568,17 +574,17 @@ class CacheManager:
 
     async def evict(self, resolved: ResolvedVersion, tier: str) -> None:
         """Take ``resolved`` out of ``tier``, counted as an eviction from it. Callers check
-        ``busy`` first (see ``remove``).
+        ``busy`` first (see ``unload``).
 
         L1 unpins it (vLLM cannot unpin: it leaves the engine and comes back unpinned, in
         L2); L2 takes it out of the engine (L1 too); L3 takes it off this node's disk as well.
         """
         if tier == "L1":
             if self.is_pinned(resolved.version_id):
-                await self.remove(resolved.version_id)
-                await self.place(resolved)
+                await self.unload(resolved.version_id)
+                await self.activate(resolved)
         else:
-            await self.remove(resolved.version_id)
+            await self.unload(resolved.version_id)
             if tier == "L3":
                 await offload.run(self.evict_from_disk, resolved)
         if self.on_evict:
@@ -590,19 +596,19 @@ class CacheManager:
         if not self.holds(version_id) or self.in_use(version_id):
             return False
         tenant_id = self.residency_owner(version_id)
-        await self.remove(version_id)
+        await self.unload(version_id)
         if self.on_evict:
             self.on_evict("L2", tenant_id)
         return True
 
-    async def clear(self, *, disk: bool) -> int:
+    async def drain(self, *, disk: bool) -> int:
         """Empty the engine's adapter slots (L1, L2) and, with ``disk``, L3 too: an operator
         draining a node. Loads under way finish. Returns the number of versions removed."""
         removed = 0
         for record in list(self.tiers.members.values()):
             if record.held:  # generating: it stays (TTL and policy take it later)
                 continue
-            await self.remove(record.version_id)
+            await self.unload(record.version_id)
             removed += 1
         if disk:  # what is still in the engine, loading or landing keeps its folder
             for record in list(self.on_disk.members.values()):

@@ -26,12 +26,11 @@ from starlette.routing import Route
 
 from apps.registry import keys
 from apps.registry.storage import get_store
-from apps.serving import node_registry
+from apps.serving import node_registry, offload
 from apps.serving.cache import download
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
-from apps.serving.node import offload
 from apps.serving.node.admission import Admission
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.changes import ChangeFollower

@@ -21,8 +21,8 @@ import time
 
 from django.conf import settings
 
+from apps.serving import offload
 from apps.serving.cache.manager import CacheManager
-from apps.serving.node import offload
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.lookups import Lookups
@@ -136,7 +136,7 @@ class ChangeFollower:
             if current.canary is not None:
                 in_use.add(current.canary.version_id)
                 if current.canary.servable and await self.trust.signature_ok(current.canary):
-                    await offload.run(self.cache.to_disk, current.canary)
+                    await offload.run(self.cache.land, current.canary)
             for version_id in in_use:  # e.g. rolled back to: no longer on its way out
                 self.cache.deprecate(version_id, False)
             if previous is not None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from apps.serving import offload
 from apps.serving.cache.manager import CacheManager
 from apps.serving.config import effective_config
-from apps.serving.node import offload
 from lorahub.cacheconfig import CacheConfig, SlaTier
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from apps.serving.cache.engine_slots import AdapterHandle
 from apps.serving.node.generation import EngineDied, EngineNotReady, EngineRefused, Generation
 
 if TYPE_CHECKING:
@@ -183,19 +184,6 @@ class EngineSettings:
             argv.append("--lora-modules")
             argv += [f"{name}={path}" for name, path in lora_modules.items()]
         return argv
-
-
-@dataclass(frozen=True)
-class AdapterHandle:
-    """An adapter the engine may apply: a stable integer id, a display name, a verified dir."""
-
-    lora_id: int
-    name: str
-    path: Path
-
-    def __post_init__(self) -> None:
-        if self.lora_id < 1:
-            raise ValueError("lora_id must be a positive integer")
 
 
 @dataclass(frozen=True)

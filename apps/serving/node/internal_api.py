@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from apps.registry.aliases import ResolvedVersion, load_version
+from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
-from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
@@ -129,7 +129,7 @@ class InternalApi:
             body = await self._body(request)
             resolved = await self._target(body)
             if body.get("tier", "L3") == "L3":
-                found = await offload.run(self.cache.to_disk, resolved)
+                found = await offload.run(self.cache.land, resolved)
                 return _json(
                     {
                         "version": resolved.label,
@@ -146,7 +146,7 @@ class InternalApi:
             placed = (
                 await self.cache.pin(resolved, owner=owner)
                 if body["tier"] == "L1"
-                else await self.cache.place(resolved, owner=owner)
+                else await self.cache.activate(resolved, owner=owner)
             )
             return _json(
                 {
@@ -170,7 +170,7 @@ class InternalApi:
             if body.get("all") is True:  # drain the node: everything from the tier down
                 if body.get("tier", "L3") == "L1":
                     raise oai.ApiError(400, "'all' empties L2 or L3", code="bad_tier")
-                removed = await self.cache.clear(disk=body.get("tier", "L3") == "L3")
+                removed = await self.cache.drain(disk=body.get("tier", "L3") == "L3")
                 return _json({"evicted_from": body.get("tier", "L3"), "removed": removed})
             if not isinstance(body.get("version_id"), int):
                 raise oai.ApiError(

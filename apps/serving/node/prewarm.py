@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from apps.serving import offload
 from apps.serving.cache.manager import CacheManager
-from apps.serving.node import offload
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
 from apps.serving.node.trust import Trust
@@ -42,9 +42,9 @@ class Prewarm:
                 await self.trust.admit(resolved)
                 room = self.cache.in_engine() < self.engine.settings.max_cpu_loras
                 if room and self.engine.is_ready:
-                    await self.cache.place(resolved)
+                    await self.cache.activate(resolved)
                 else:
-                    await offload.run(self.cache.to_disk, resolved)
+                    await offload.run(self.cache.land, resolved)
                 warmed.append(resolved.label)
             except Exception as exc:  # one bad candidate must not stop the rest
                 logger.info("did not prewarm %s: %s", resolved.label, exc)

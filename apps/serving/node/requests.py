@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from apps.registry.aliases import AliasSnapshot, ResolvedVersion
+from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (
     AdapterIntegrityError,
@@ -33,7 +34,6 @@ from apps.serving.cache.manager import (
     LoadQueueFull,
     Placed,
 )
-from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.admission import Admission
 from apps.serving.node.config_in_force import ConfigInForce
@@ -259,7 +259,7 @@ class RequestPath:
             hot_quota=caller.max_hot_adapters,
         )
         try:
-            placed: Placed = await self.cache.place(
+            placed: Placed = await self.cache.activate(
                 trace.resolved,
                 owner=owner,
                 deadline_s=sla.deadline_ms / 1000,

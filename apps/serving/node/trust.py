@@ -16,9 +16,8 @@ import logging
 
 from apps.registry import keys
 from apps.registry.aliases import ResolvedVersion
-from apps.serving import quarantine
+from apps.serving import offload, quarantine
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
-from apps.serving.node import offload
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.engine import EngineSettings
 from apps.serving.node.metrics import NodeMetrics
