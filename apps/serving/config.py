@@ -15,8 +15,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
 
+from apps.serving.cache.device_budget import device_budget_problem
 from apps.serving.models import CacheSettings
-from apps.serving.node.engine import device_budget_problem
 from apps.tenants.errors import Invalid
 from apps.tenants.events import publish_change
 from apps.tenants.services import record_event

@@ -7,9 +7,10 @@ import json
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from apps.serving.cache.device_budget import device_slot_bytes
 from apps.serving.config import effective_config, set_config
 from apps.serving.models import CacheSettings
-from apps.serving.node.engine import EngineSettings, device_slot_bytes
+from apps.serving.node.engine import EngineSettings
 from apps.tenants.models import AuditEvent
 from lorahub.cacheconfig import parse_cache_config
 from tests.helpers import key_client, user_client

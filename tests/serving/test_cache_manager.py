@@ -75,7 +75,7 @@ def world(tmp_path, demo_dir):
         return replace(base, version_id=n, version=f"v{n}", tenant_id=tenant)
 
     engine = StandInEngine()
-    placement = CacheManager(
+    cache = CacheManager(
         engine=engine,  # type: ignore[arg-type]
         store=store,
         root=tmp_path / "disk",
@@ -83,7 +83,7 @@ def world(tmp_path, demo_dir):
         policy=LRU(),
         limits=Limits(max_pending=2),
     )
-    return placement, engine, version
+    return cache, engine, version
 
 
 def run(coro):
@@ -91,11 +91,11 @@ def run(coro):
 
 
 def test_concurrent_requests_for_a_cold_version_share_one_fetch_and_one_add(world):
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
         engine.add_delay = 0.05
-        return await asyncio.gather(*(placement.activate(version(1)) for _ in range(20)))
+        return await asyncio.gather(*(cache.activate(version(1)) for _ in range(20)))
 
     placed = run(scenario())
     assert engine.adds == [1]
@@ -104,16 +104,16 @@ def test_concurrent_requests_for_a_cold_version_share_one_fetch_and_one_add(worl
 
 
 def test_a_missed_deadline_raises_but_the_load_carries_on(world):
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
         engine.add_delay = 0.2
         with pytest.raises(LoadDeadline):
-            await placement.activate(version(1), deadline_s=0.01)
+            await cache.activate(version(1), deadline_s=0.01)
         async with asyncio.timeout(5):  # nobody waits for it any more: it loads all the same
-            while not placement.holds(1):
+            while not cache.holds(1):
                 await asyncio.sleep(0.01)
-        return await placement.activate(version(1), deadline_s=0.0)
+        return await cache.activate(version(1), deadline_s=0.0)
 
     found = run(scenario())  # loaded by the first request's load, which went on
     assert found.tier in ("L1", "L2") and found.load_ms == 0
@@ -121,19 +121,19 @@ def test_a_missed_deadline_raises_but_the_load_carries_on(world):
 
 
 def test_a_full_load_queue_refuses_or_waits_by_mode(world):
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
         engine.gate.clear()  # adds block until released
-        first = asyncio.ensure_future(placement.activate(version(1)))
-        second = asyncio.ensure_future(placement.activate(version(2)))
+        first = asyncio.ensure_future(cache.activate(version(1)))
+        second = asyncio.ensure_future(cache.activate(version(2)))
         await asyncio.sleep(0.05)
-        assert placement.loading() == 2  # max_pending
+        assert cache.loading() == 2  # max_pending
         with pytest.raises(LoadQueueFull):
-            await placement.activate(version(3), wait_for_room=False)
+            await cache.activate(version(3), wait_for_room=False)
         with pytest.raises(LoadDeadline):
-            await placement.activate(version(3), deadline_s=0.05)
-        waiting = asyncio.ensure_future(placement.activate(version(3)))
+            await cache.activate(version(3), deadline_s=0.05)
+        waiting = asyncio.ensure_future(cache.activate(version(3)))
         await asyncio.sleep(0.05)
         assert not waiting.done()
         engine.gate.set()
@@ -145,14 +145,14 @@ def test_a_full_load_queue_refuses_or_waits_by_mode(world):
 
 
 def test_requests_for_loaded_versions_never_wait_behind_a_cold_load(world):
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
-        await placement.activate(version(1))
+        await cache.activate(version(1))
         engine.gate.clear()
-        cold = asyncio.ensure_future(placement.activate(version(2)))
+        cold = asyncio.ensure_future(cache.activate(version(2)))
         await asyncio.sleep(0.02)
-        hot = await asyncio.wait_for(placement.activate(version(1)), timeout=0.5)
+        hot = await asyncio.wait_for(cache.activate(version(1)), timeout=0.5)
         assert not cold.done()
         engine.gate.set()
         await cold
@@ -162,15 +162,15 @@ def test_requests_for_loaded_versions_never_wait_behind_a_cold_load(world):
 
 
 def test_a_version_in_use_is_never_removed_a_load_waits_for_it_instead(world):
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
         for n in (1, 2, 3):  # fill the three host slots, each held by a running request
-            await placement.activate(version(n), hold=True)
-        fourth = asyncio.ensure_future(placement.activate(version(4)))
+            await cache.activate(version(n), hold=True)
+        fourth = asyncio.ensure_future(cache.activate(version(4)))
         await asyncio.sleep(0.05)
         assert not fourth.done() and engine.removed == []
-        placement.release(2)
+        cache.release(2)
         await asyncio.wait_for(fourth, timeout=1)
 
     run(scenario())
@@ -178,30 +178,30 @@ def test_a_version_in_use_is_never_removed_a_load_waits_for_it_instead(world):
 
 
 def test_a_tenant_at_its_warm_quota_displaces_its_own_version(world):
-    placement, engine, version = world
+    cache, engine, version = world
     tight = Owner(tenant_id=1, warm_quota=1)
 
     async def scenario():
-        await placement.activate(version(10, tenant=2), owner=Owner(tenant_id=2))
-        await placement.activate(version(1), owner=tight)
-        await placement.activate(version(2), owner=tight)
+        await cache.activate(version(10, tenant=2), owner=Owner(tenant_id=2))
+        await cache.activate(version(1), owner=tight)
+        await cache.activate(version(2), owner=tight)
 
     run(scenario())
     assert engine.removed == [1]
-    assert placement.holds(10) and placement.holds(2)
+    assert cache.holds(10) and cache.holds(2)
 
 
 def test_pins_stop_at_max_loras_minus_one_and_at_the_tenants_hot_quota(world):
-    placement, engine, version = world
+    cache, engine, version = world
     engine.settings.max_loras = 3
 
     async def scenario():
-        await placement.pin(version(1), owner=Owner(tenant_id=1, hot_quota=1))
+        await cache.pin(version(1), owner=Owner(tenant_id=1, hot_quota=1))
         with pytest.raises(PinLimit, match="hot quota"):
-            await placement.pin(version(2), owner=Owner(tenant_id=1, hot_quota=1))
-        await placement.pin(version(3, tenant=2))
+            await cache.pin(version(2), owner=Owner(tenant_id=1, hot_quota=1))
+        await cache.pin(version(3, tenant=2))
         with pytest.raises(PinLimit, match="max_loras - 1 = 2"):
-            await placement.pin(version(4, tenant=3))
+            await cache.pin(version(4, tenant=3))
 
     run(scenario())
     assert engine.pinned == [1, 3]
@@ -209,7 +209,7 @@ def test_pins_stop_at_max_loras_minus_one_and_at_the_tenants_hot_quota(world):
 
 def test_pins_stop_at_the_tenants_hot_memory_quota(world):
     """max_hot_memory_mb bounds the size of a tenant's pinned adapters together."""
-    placement, engine, version = world
+    cache, engine, version = world
     engine.settings.max_loras = 4
     size = version(1).size_bytes
 
@@ -217,27 +217,27 @@ def test_pins_stop_at_the_tenants_hot_memory_quota(world):
         return Owner(tenant_id=tenant, hot_memory_bytes=int(1.5 * size))
 
     async def scenario():
-        await placement.pin(version(1), owner=room(1))
+        await cache.pin(version(1), owner=room(1))
         with pytest.raises(PinLimit, match="max_hot_memory_mb"):
-            await placement.pin(version(2), owner=room(1))
-        await placement.pin(version(3, tenant=2), owner=room(2))  # its own budget
+            await cache.pin(version(2), owner=room(1))
+        await cache.pin(version(3, tenant=2), owner=room(2))  # its own budget
 
     run(scenario())
     assert engine.pinned == [1, 3]
 
 
 def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
-    placement, _, version = world
+    cache, _, version = world
     size = version(1).size_bytes
-    placement.limits = Limits(disk_bytes=int(2.5 * size))
+    cache.limits = Limits(disk_bytes=int(2.5 * size))
 
     async def scenario():
-        await placement.activate(version(1))  # in the engine: stays on disk
+        await cache.activate(version(1))  # in the engine: stays on disk
         for n in (2, 3, 4):
-            await asyncio.to_thread(placement.land, version(n))
+            await asyncio.to_thread(cache.land, version(n))
 
     run(scenario())
-    on_disk = {row["version_id"] for row in placement.residents()["L3"]}
+    on_disk = {row["version_id"] for row in cache.residents()["L3"]}
     assert on_disk == {1, 4}  # 2 and 3 were the least recently used outside the engine
 
 
@@ -266,30 +266,30 @@ def test_the_gate_admits_at_most_the_free_device_slots_of_distinct_adapters():
 
 
 def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
-    placement, _, version = world
+    cache, _, version = world
     size = version(1).size_bytes
 
     async def scenario():
         for n in (1, 2, 3):
-            await asyncio.to_thread(placement.land, version(n))
-        placement.deprecate(3)  # the most recently used, but replaced by its alias
-        placement.limits = Limits(disk_bytes=int(2.5 * size))
-        placement.trim_disk()
+            await asyncio.to_thread(cache.land, version(n))
+        cache.deprecate(3)  # the most recently used, but replaced by its alias
+        cache.limits = Limits(disk_bytes=int(2.5 * size))
+        cache.trim_disk()
 
     run(scenario())
-    assert {row["version_id"] for row in placement.residents()["L3"]} == {1, 2}
+    assert {row["version_id"] for row in cache.residents()["L3"]} == {1, 2}
 
 
 def test_two_landings_of_one_version_at_once_make_one_download(world):
     """A request's load and the alias warming can land the same version at the same time; a
     second landing would replace the folder while the engine reads it."""
-    placement, _, version = world
+    cache, _, version = world
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(4) as pool:
-        tiers = sorted(found.found_in for found in pool.map(placement.land, [version(1)] * 4))
+        tiers = sorted(found.found_in for found in pool.map(cache.land, [version(1)] * 4))
     assert tiers == ["L3", "L3", "L3", "L4"]
-    assert placement.disk.has(version(1))
+    assert cache.disk.has(version(1))
 
 
 def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resume(world):
@@ -297,7 +297,7 @@ def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resu
     load (queued on it) runs before v1's waiting request resumes; it must wait for v1 instead
     of evicting it unused, which made the waiter load v1 again, evicting v2, and so on (the
     soak saw 3.5 loads per request)."""
-    placement, engine, version = world
+    cache, engine, version = world
     engine.settings = Settings(max_loras=1, max_cpu_loras=1)
 
     async def until(condition) -> None:
@@ -307,15 +307,15 @@ def test_a_fresh_load_is_not_evicted_before_the_requests_that_waited_for_it_resu
 
     async def scenario():
         engine.gate.clear()  # v1's add waits, holding the load slot
-        first = asyncio.ensure_future(placement.activate(version(1), hold=True))
+        first = asyncio.ensure_future(cache.activate(version(1), hold=True))
         await until(lambda: engine.entered == [1])
-        second = asyncio.ensure_future(placement.activate(version(2), hold=True))
-        await until(lambda: 2 in placement.on_disk.members)  # landed; next it queues for the slot
+        second = asyncio.ensure_future(cache.activate(version(2), hold=True))
+        await until(lambda: 2 in cache.on_disk.members)  # landed; next it queues for the slot
         await asyncio.sleep(0.05)
         engine.gate.set()
         placed = await asyncio.wait_for(first, timeout=5)
         assert not second.done()  # v2 waits for room while v1 is held
-        placement.release(placed.handle.lora_id)
+        cache.release(placed.handle.lora_id)
         other = await asyncio.wait_for(second, timeout=5)
         return placed, other
 
@@ -437,52 +437,52 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
     """One record per version holds its whole state: landing, loading, in the engine, held,
     pinned, back to disk, deprecated and quarantined read from it, and /internal/cache's
     rows show the record's state."""
-    placement, engine, version = world
+    cache, engine, version = world
     states: dict[str, str] = {}
 
     def state(n: int) -> str:
-        record = placement.versions.get(n)
+        record = cache.versions.get(n)
         return str(record.state) if record is not None else "none"
 
     def row_state(n: int, tier: str) -> str:
-        return next(r["state"] for r in placement.residents()[tier] if r["version_id"] == n)
+        return next(r["state"] for r in cache.residents()[tier] if r["version_id"] == n)
 
     async def scenario():
         states["before"] = state(1)
         engine.gate.clear()  # the add waits: the version is on disk and loading
-        load = asyncio.ensure_future(placement.activate(version(1)))
+        load = asyncio.ensure_future(cache.activate(version(1)))
         async with asyncio.timeout(5):
             while engine.entered != [1]:
                 await asyncio.sleep(0.01)
         states["loading"] = state(1)
-        states["loading row"] = placement.residents()["loading"][0]["state"]
-        assert placement.busy(1)
+        states["loading row"] = cache.residents()["loading"][0]["state"]
+        assert cache.busy(1)
         engine.gate.set()
         await load
         states["loaded"] = state(1)
         states["disk row"] = row_state(1, "L3")
-        await placement.activate(version(1), hold=True)
+        await cache.activate(version(1), hold=True)
         states["held"] = state(1)
-        assert placement.busy(1) and placement.in_use(1) == 1
-        placement.release(1)
+        assert cache.busy(1) and cache.in_use(1) == 1
+        cache.release(1)
         states["released"] = state(1)
-        await placement.pin(version(1))
+        await cache.pin(version(1))
         states["pinned"] = state(1)
         states["pinned row"] = row_state(1, "L1")
-        await placement.unload(1)
+        await cache.unload(1)
         states["removed"] = state(1)
-        placement.deprecate(1)
-        await placement.activate(version(1))  # loaded again: still deprecated
+        cache.deprecate(1)
+        await cache.activate(version(1))  # loaded again: still deprecated
         states["deprecated row"] = next(
-            r["deprecated"] for r in placement.residents()["L2"] + placement.residents()["L1"]
+            r["deprecated"] for r in cache.residents()["L2"] + cache.residents()["L1"]
         )
-        with placement.versions.of(1).landing:  # what a landing on another thread holds
+        with cache.versions.of(1).landing:  # what a landing on another thread holds
             states["landing"] = state(1)
-            assert placement.busy(1)
-        placement.quarantined = {2}
+            assert cache.busy(1)
+        cache.quarantined = {2}
         states["quarantined"] = state(2)
         with pytest.raises(AdapterIntegrityError):
-            await placement.activate(version(2))
+            await cache.activate(version(2))
 
     run(scenario())
     assert states == {
@@ -500,33 +500,33 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         "landing": "landing",
         "quarantined": "quarantined",
     }
-    assert placement.quarantined == {2}
+    assert cache.quarantined == {2}
 
 
 def test_after_an_engine_restart_no_record_says_it_is_in_the_engine(world):
-    placement, _engine, version = world
+    cache, _engine, version = world
 
     async def scenario():
-        await placement.pin(version(1))
-        await placement.activate(version(2), hold=True)
-        placement.forget_engine()
+        await cache.pin(version(1))
+        await cache.activate(version(2), hold=True)
+        cache.forget_engine()
 
     run(scenario())
-    assert [str(placement.versions.get(n).state) for n in (1, 2)] == ["on disk", "on disk"]
-    assert placement.in_engine() == 0 and not placement.is_pinned(1) and placement.in_use(2) == 0
+    assert [str(cache.versions.get(n).state) for n in (1, 2)] == ["on disk", "on disk"]
+    assert cache.in_engine() == 0 and not cache.is_pinned(1) and cache.in_use(2) == 0
 
 
 def test_a_deprecated_version_loaded_again_is_still_the_first_to_leave_the_engine(world):
     """Deprecation belongs to the version, not to one stay in the engine: loaded again after
     its alias moved on, it goes before older versions the alias still uses."""
-    placement, engine, version = world
+    cache, engine, version = world
 
     async def scenario():
-        await asyncio.to_thread(placement.land, version(1))
-        placement.deprecate(1)  # on disk only when its alias moves on
+        await asyncio.to_thread(cache.land, version(1))
+        cache.deprecate(1)  # on disk only when its alias moves on
         for n in (2, 3, 1):  # v1 is the most recently used of the three
-            await placement.activate(version(n))
-        await placement.activate(version(4))  # max_cpu_loras = 3: one must go
+            await cache.activate(version(n))
+        await cache.activate(version(4))  # max_cpu_loras = 3: one must go
 
     run(scenario())
     assert engine.removed == [1]
