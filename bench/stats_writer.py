@@ -1,14 +1,14 @@
 """What the node's statistics writer costs per flush, by the number of active rollup keys.
 
-The node's stats thread (``apps/serving/stats.py``) wakes every ``LORAHUB_STATS_FLUSH_MS``
-(2 s) and writes what the request path recorded: one bulk insert of request rows and one
-additive upsert per (minute, tenant, alias, version) row, for the minute rows and the 5-minute
-and hourly rollups. It runs in the serving process, so its CPU (and the GIL it holds) is taken
-from the event loop that streams tokens. This prints, for K distinct (alias, version) keys
-written per flush, the median wall time of one flush (``write_records``), the time per
-rollup row, and the share of one core it takes at the 2 s flush interval; beside it, a bulk
-insert of as many request-log rows (time and status only), measured in the same run: about
-what every flush pays for the log whatever the rollups cost.
+The node's stats thread (``apps/serving/node/stats_recorder.py``) wakes every
+``LORAHUB_STATS_FLUSH_MS`` (2 s) and writes what the request path recorded: one bulk insert of
+request rows and one additive upsert per (minute, tenant, alias, version) row, for the minute
+rows and the 5-minute and hourly rollups. It runs in the serving process, so its CPU (and the
+GIL it holds) is taken from the event loop that streams tokens. This prints, for K distinct
+(alias, version) keys written per flush, the median wall time of one flush (``write_records``),
+the time per rollup row, and the share of one core it takes at the 2 s flush interval; beside
+it, a bulk insert of as many request-log rows (time and status only), measured in the same run:
+about what every flush pays for the log whatever the rollups cost.
 
 Runs on the database the settings name (embedded SQLite by default; ``DATABASE_URL`` for
 PostgreSQL) in a throwaway schema: a temporary SQLite file, or a ``lorahub_bench_stats``

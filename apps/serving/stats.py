@@ -1,41 +1,31 @@
-"""Request statistics, recorded off the request path.
+"""Request statistics in the database: the request log, its per-minute, 5-minute and hourly
+rollups, the cache activity per minute, and their purge.
 
-The request path only appends a frozen ``RequestRecord`` to a bounded in-memory queue. A
-background thread drains it every ``LORAHUB_STATS_FLUSH_MS`` (2 s) into the database: one
-bulk insert of request rows and one additive upsert per (minute, tenant, alias, version)
-rollup. If the database is slow the queue fills and new records are dropped and counted
-(``request_stats_dropped``); inference never waits for the database. A write that fails (the
-database restarts, or is gone for a while) loses nothing: its batch is written first on the
-next try, so every answered request is either written once or counted as dropped.
+A node's ``StatsRecorder`` (``node/stats_recorder.py``) batches what its requests did and
+writes it here (``write_records``, ``write_cache_minutes``): one bulk insert of request rows
+and one additive upsert per (minute, tenant, alias, version) rollup. The dashboards read the
+rollups; the migrations rebuild them with ``rebuild_rollups``.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import queue
-import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, close_old_connections, connection, transaction
-from django.db.models import Count, F, Sum
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 
-from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
-from apps.registry.models import AdapterVersion
 from apps.serving.histograms import bucket_of
 from apps.serving.models import CacheMinute, RequestLog, RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
-from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 BATCH = 500
-QUEUE_SIZE = 20_000
-PURGE_EVERY_S = 3600
 
 
 @dataclass(frozen=True)
@@ -57,124 +47,7 @@ class RequestRecord:
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
-class StatsRecorder:
-    def __init__(self, node: str, on_drop=None) -> None:
-        self.node = node
-        # cache activity per (minute, tenant id): evictions add up, residency keeps its peak
-        self._cache_lock = threading.Lock()
-        self._cache: dict[tuple[datetime, int | None], dict[str, int]] = {}
-        self._last_residency: dict[int, tuple[int, int]] = {}
-        self._queue: queue.Queue[RequestRecord] = queue.Queue(maxsize=QUEUE_SIZE)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._on_drop = on_drop
-        self._last_purge = 0.0
-        # what a failed write took off the queue: first in line for the next one
-        self._unwritten: list[RequestRecord] = []
-
-    def record(self, rec: RequestRecord) -> None:
-        """Never blocks: a full queue drops the record."""
-        try:
-            self._queue.put_nowait(rec)
-        except queue.Full:
-            if self._on_drop:
-                self._on_drop()
-
-    def _cache_row(self, tenant_id: int | None) -> dict[str, int]:
-        minute = datetime.now(UTC).replace(second=0, microsecond=0)
-        return self._cache.setdefault((minute, tenant_id), defaultdict(int))
-
-    def count_eviction(self, tier: str, tenant_id: int | None) -> None:
-        """An adapter left the engine (L2) or the disk (L3). Never blocks on the database."""
-        if tier not in ("L2", "L3"):
-            return
-        with self._cache_lock:
-            self._cache_row(tenant_id)[f"evictions_{tier.lower()}"] += 1
-
-    def note_residency(self, usage: dict[int, tuple[int, int]]) -> None:
-        """The engine's residency per tenant id, (hot, warm); recorded when it changes (and
-        as 0 for a tenant that has nothing left), so quiet minutes cost no rows."""
-        with self._cache_lock:
-            for tenant_id in set(usage) | set(self._last_residency):
-                hot, warm = usage.get(tenant_id, (0, 0))
-                if self._last_residency.get(tenant_id) == (hot, warm):
-                    continue
-                row = self._cache_row(tenant_id)
-                row["hot"], row["warm"] = max(row["hot"], hot), max(row["warm"], warm)
-                row["seen"] = 1
-            self._last_residency = {t: v for t, v in usage.items() if v != (0, 0)}
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="request-stats", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-        self.flush()
-
-    def _run(self) -> None:
-        failing_since: float | None = None  # one log line when writes fail, one when back
-        while not self._stop.is_set():
-            self._stop.wait(settings.LORAHUB_STATS_FLUSH_MS / 1000)
-            try:
-                close_old_connections()  # a connection the database dropped reconnects here
-                self.flush()
-                if failing_since is not None:
-                    logger.warning(
-                        "request statistics are written again after %.1f s",
-                        time.monotonic() - failing_since,
-                    )
-                    failing_since = None
-                if time.monotonic() - self._last_purge > PURGE_EVERY_S:
-                    self._last_purge = time.monotonic()
-                    purge_old_statistics()
-            except Exception:
-                if failing_since is None:
-                    failing_since = time.monotonic()
-                    logger.exception(
-                        "writing request statistics failed; they are kept (up to %d waiting) "
-                        "and written when the database answers",
-                        QUEUE_SIZE,
-                    )
-            finally:
-                close_old_connections()
-
-    @property
-    def backlog(self) -> int:
-        """Records recorded but not written yet."""
-        return len(self._unwritten) + self._queue.qsize()
-
-    def flush(self) -> int:
-        """Write what is waiting; returns the request records written. On a failure the
-        batch (and the cache rows) stay for the next call, and the error is raised."""
-        batch, self._unwritten = self._unwritten, []
-        while len(batch) < BATCH * 20:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        if batch:
-            try:
-                write_records(self.node, batch)
-            except Exception:
-                self._unwritten = batch
-                raise
-        with self._cache_lock:
-            cache, self._cache = self._cache, {}
-        if cache:
-            try:
-                write_cache_minutes(self.node, cache)
-            except Exception:
-                with self._cache_lock:
-                    for key, counts in cache.items():
-                        _merge_cache_row(self._cache.setdefault(key, defaultdict(int)), counts)
-                raise
-        return len(batch)
-
-
-def _merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
+def merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
     """Fold a (minute, tenant) cache row that could not be written back into the live one."""
     for name, value in counts.items():
         peak = name in ("hot", "warm", "seen")
@@ -377,59 +250,3 @@ def purge_old_statistics() -> tuple[int, int]:
     RequestRollup.objects.filter(start__lt=horizon).delete()
     CacheMinute.objects.filter(minute__lt=horizon).delete()
     return logs, rollups
-
-
-def prewarm_candidates(config: CacheConfig, node: str = "") -> list[ResolvedVersion]:
-    """What a node warms at start: the configured aliases' stable versions, then the versions
-    most requested in the last ``from_stats_hours``, most requested first, without repeats.
-    In a fleet, "most requested" is what this ``node`` answered (its own request log: the
-    router sends it the same adapters again after a restart); a node without history there
-    falls back to the whole fleet's counts. Unknown tenants or aliases in the list are logged
-    and skipped."""
-    prewarm = config.adapter_cache.prewarm
-    chosen: dict[int, ResolvedVersion] = {}
-    try:
-        for entry in prewarm.aliases:
-            slug, name = entry.split("/")
-            tenant = Tenant.objects.filter(slug=slug).first()
-            snapshot = load_alias_snapshot(tenant_id=tenant.id, name=name) if tenant else None
-            if snapshot is None:
-                logger.warning("prewarm: no alias %r; check the cache config's list", entry)
-                continue
-            chosen.setdefault(snapshot.stable.version_id, snapshot.stable)
-        if prewarm.from_stats_hours > 0 and prewarm.top > 0:
-            since = datetime.now(UTC) - timedelta(hours=prewarm.from_stats_hours)
-            fields = ("tenant_id", "adapter_id", "version")
-            busiest = []
-            if node:  # what this node answered
-                busiest = list(
-                    RequestLog.objects.filter(at__gte=since, node=node, tenant__isnull=False)
-                    .exclude(adapter_id="")
-                    .values(*fields)
-                    .annotate(n=Count("id"))
-                    .order_by("-n")[: prewarm.top]
-                )
-            if not busiest:  # a node without history: the whole fleet's counts
-                busiest = list(
-                    RequestMinute.objects.filter(minute__gte=since, tenant__isnull=False)
-                    .exclude(adapter_id="")
-                    .values(*fields)
-                    .annotate(n=Sum("requests"))
-                    .order_by("-n")[: prewarm.top]
-                )
-            for row in busiest:
-                version_id = (
-                    AdapterVersion.objects.filter(
-                        adapter__tenant_id=row["tenant_id"],
-                        adapter__adapter_id=row["adapter_id"],
-                        version=row["version"],
-                    )
-                    .values_list("pk", flat=True)
-                    .first()
-                )
-                resolved = load_version(version_id) if version_id else None
-                if resolved is not None:
-                    chosen.setdefault(resolved.version_id, resolved)
-    finally:
-        close_old_connections()
-    return list(chosen.values())

@@ -162,7 +162,7 @@ def test_evictions_and_residency_changes_are_recorded_per_minute_and_carried_for
     tenant_a, tenant_b
 ):
     from apps.serving.models import CacheMinute
-    from apps.serving.stats import StatsRecorder
+    from apps.serving.node.stats_recorder import StatsRecorder
 
     recorder = StatsRecorder("n1")
     recorder.note_residency({tenant_a.id: (1, 3)})

@@ -44,7 +44,7 @@ def test_a_node_prewarms_what_it_answered_itself_and_a_new_one_the_fleet_s_favou
     """Behind a router each node sees its own share of the adapters: after a restart it warms
     those (its own log), not the fleet's top list; a node with no history takes the fleet's."""
     from apps.registry.models import Adapter, AdapterVersion
-    from apps.serving.stats import prewarm_candidates
+    from apps.serving.node.prewarm import prewarm_candidates
     from lorahub.cacheconfig import CacheConfig
 
     for name in ("mine", "popular"):

@@ -41,9 +41,9 @@ from apps.serving.node.lookups import Lookups
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.prewarm import Prewarm
 from apps.serving.node.requests import RequestPath
+from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
-from apps.serving.stats import StatsRecorder
 
 logger = logging.getLogger(__name__)
 

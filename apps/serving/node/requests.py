@@ -46,9 +46,10 @@ from apps.serving.node.engine import (
 )
 from apps.serving.node.lookups import UNKNOWN, Caller, Lookups
 from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
-from apps.serving.stats import RequestRecord, StatsRecorder
+from apps.serving.stats import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
 
