@@ -84,3 +84,18 @@ def test_a_forbidden_edge_is_named(tmp_path):
     assert edges(graph, "apps.registry", "apps.serving") == [
         "apps.registry.views -> apps.serving.charts"
     ]
+
+
+def test_no_two_classes_of_the_serving_app_share_a_name():
+    """A name found in two modules makes a reader open both (there were two ``Node`` and two
+    ``Trace`` classes); Django's management commands are all ``Command`` by convention."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    for name, path in module_names(ROOT, ("apps",)).items():
+        if not name.startswith("apps.serving") or ".management.commands." in name:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(name)
+    assert {cls: where for cls, where in found.items() if len(where) > 1} == {}

@@ -48,7 +48,7 @@ from apps.serving.node_registry import node_header
 logger = logging.getLogger(__name__)
 
 
-class ServingNode:
+class Node:
     def __init__(self, engine_settings: EngineSettings | None = None) -> None:
         self.name = settings.LORAHUB_NODE_NAME
         self.started_at = timezone.now()
@@ -286,7 +286,7 @@ class ServingNode:
 
 
 def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
-    node = ServingNode(engine_settings)
+    node = Node(engine_settings)
     requests, internal = node.requests, node.internal
 
     @contextlib.asynccontextmanager
