@@ -16,7 +16,7 @@ from apps.serving.cache.policies import (
     POLICIES,
     Adaptive,
     Census,
-    Defaults,
+    Policy,
     Resident,
     make_policy,
     rank,
@@ -322,7 +322,7 @@ def test_the_replay_s_heap_order_picks_the_same_victims_as_the_node_s_ranking(
     assert ids == [r.version_id for r in by_key]
 
 
-class Ranked(Defaults):
+class Ranked(Policy):
     """A policy without a ``retention_key``: the replay must rank it on every miss, as the node
     does."""
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apps.serving.cache.policies import Defaults, Resident
+from apps.serving.cache.policies import Policy, Resident
 from apps.serving.replay.traces import Trace
 
 NEVER = math.inf
@@ -188,7 +188,7 @@ def model_learner_hits(trace: Trace, slots: int) -> int | None:
 
 
 @dataclass
-class Oracle(Defaults):
+class Oracle(Policy):
     """The mixed-size reference: evict the largest time-to-next-use x size / reload cost."""
 
     trace: Trace

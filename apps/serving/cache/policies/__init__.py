@@ -26,7 +26,7 @@ policies), ``adaptive`` (the default), ``shares`` (guaranteed shares), ``victims
 from __future__ import annotations
 
 from apps.serving.cache.policies.adaptive import SETTINGS, Adaptive
-from apps.serving.cache.policies.base import HALF_LIFE_S, Defaults, Policy, Resident
+from apps.serving.cache.policies.base import HALF_LIFE_S, Policy, Resident
 from apps.serving.cache.policies.basic import GDSF, LFU, LRU, Linear, Scales, Weighted, Weights
 from apps.serving.cache.policies.shares import Census, guaranteed_shares
 from apps.serving.cache.policies.victims import rank, select_victims
@@ -40,7 +40,6 @@ __all__ = [
     "SETTINGS",
     "Adaptive",
     "Census",
-    "Defaults",
     "Linear",
     "Policy",
     "Resident",

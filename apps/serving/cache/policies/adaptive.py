@@ -7,12 +7,12 @@ import math
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
-from apps.serving.cache.policies.base import Defaults, Resident, TenantCounts
+from apps.serving.cache.policies.base import Policy, Resident, TenantCounts
 from apps.serving.cache.policies.basic import Weighted
 from apps.serving.cache.policies.victims import rank
 
 
-class _Expert(Defaults):
+class _Expert(Policy):
     """One of ``Adaptive``'s settings, as a policy of its own (scores from the shared counts)."""
 
     def __init__(self, owner: Adaptive, index: int) -> None:
@@ -48,7 +48,7 @@ SETTINGS = {"drift": (240.0, 120.0), "steady": (7200.0, 3600.0), "bursts": (1200
 
 
 @dataclass
-class Adaptive(Defaults):
+class Adaptive(Policy):
     """The default (``weighted``): the seed's factors as ``Weighted`` values, with the balance
     of frequency against recency learned from the node's own traffic instead of fixed.
 

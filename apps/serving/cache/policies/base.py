@@ -1,7 +1,6 @@
 """What every eviction policy is: a pure object that scores cache residents (``Resident``)
-and never touches the engine. The protocol says everything a caller may ask of one, so no
-caller needs to know which policy it holds; ``Defaults`` gives the steps most policies do not
-need (``prepare``, ``observe``, ``describe``, ``learn_from_eviction``) as no-ops."""
+and never touches the engine. ``Policy`` says everything a caller may ask of one, so no
+caller needs to know which policy it holds."""
 
 from __future__ import annotations
 
@@ -57,43 +56,46 @@ class TenantCounts(Protocol):
     def share(self, tenant: int, capacity: int) -> int: ...
 
 
-class Policy(Protocol):
-    name: str  # unique among the shipped policies; the cache configuration's name for it
+class Policy:
+    """What every policy is and what a caller may ask of one, so that no caller needs to know
+    which policy it holds. A policy scores (``score``) and hears of evictions (``on_evict``);
+    the other steps default to nothing, for the policies that need no more."""
 
+    name: str  # unique among the shipped policies; the cache configuration's name for it
     half_life_s: float  # how fast the access counts it reads decay
-    active: int  # which of ``settings()`` decides now (0 for a policy of one setting)
+    active = 0  # which of ``settings()`` decides now (0 for a policy of one setting)
 
     def score(self, resident: Resident, now: float, pressure: float = 0.0) -> float:
         """Higher: evict sooner."""
-        ...
+        raise NotImplementedError
 
     def on_evict(self, resident: Resident, now: float) -> None:
         """``resident`` was evicted (GDSF's clock rises)."""
-        ...
+        return None
 
     def settings(self) -> tuple[Policy, ...]:
         """The settings the policy chooses between, each a policy of its own (itself, for a
         policy of one setting): a cache may keep each one's order at hand (the replay does)."""
-        ...
+        return (self,)
 
     def retention_key(self) -> Callable[[Resident], float] | None:
         """A time-invariant key whose order is the eviction order (lowest first), for a cache
         that keeps residents in a heap instead of scoring them on every miss; None when the
         order changes with time."""
-        ...
+        return None
 
     def prepare(self, residents: list[Resident], now: float) -> None:
         """Before ranking ``residents`` (a policy that normalizes over them does it here)."""
-        ...
+        return None
 
     def observe(self, key: int, now: float) -> None:
         """One request for version ``key``, served from any tier (a learning policy counts
         it)."""
-        ...
+        return None
 
     def describe(self) -> dict | None:
         """What the policy has learned, for ``/internal/cache``; None when it learns nothing."""
-        ...
+        return None
 
     def learn_from_eviction(
         self,
@@ -108,38 +110,4 @@ class Policy(Protocol):
     ) -> None:
         """The explicit learning step, after ``select_victims`` chose ``chosen`` first among
         ``residents``: the only place a policy changes because of a decision."""
-        ...
-
-
-class Defaults:
-    """The protocol's optional steps, as nothing: policies that score and nothing more."""
-
-    active = 0
-
-    def settings(self) -> tuple[Policy, ...]:
-        return (self,)  # type: ignore[return-value]  # every subclass is a Policy
-
-    def retention_key(self) -> Callable[[Resident], float] | None:
-        return None
-
-    def prepare(self, residents: list[Resident], now: float) -> None:
-        return None
-
-    def observe(self, key: int, now: float) -> None:
-        return None
-
-    def describe(self) -> dict | None:
-        return None
-
-    def learn_from_eviction(
-        self,
-        chosen: Resident,
-        residents: Collection[Resident],
-        *,
-        now: float,
-        capacity: int,
-        requester: int | None,
-        census: TenantCounts,
-        orders: Callable[[int], Iterable[Resident]] | None,
-    ) -> None:
         return None

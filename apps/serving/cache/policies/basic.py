@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from apps.serving.cache.policies.base import HALF_LIFE_S, Defaults, Resident
+from apps.serving.cache.policies.base import HALF_LIFE_S, Policy, Resident
 
 
-class LRU(Defaults):
+class LRU(Policy):
     name = "lru"
     half_life_s = HALF_LIFE_S
 
@@ -27,7 +27,7 @@ class LRU(Defaults):
 
 
 @dataclass
-class LFU(Defaults):
+class LFU(Policy):
     half_life_s: float = HALF_LIFE_S
     name: str = "lfu"
 
@@ -72,7 +72,7 @@ class Scales:
 
 
 @dataclass
-class Linear(Defaults):
+class Linear(Policy):
     """The seed's formula, literally: a weighted sum over *normalised* factors (the default
     until the replay of issue 10 showed it barely beats LRU: it adds idle minutes to hit
     counts, so an adapter used every minute for an hour loses to one used twice just now).
@@ -122,7 +122,7 @@ class Linear(Defaults):
 
 
 @dataclass
-class Weighted(Defaults):
+class Weighted(Policy):
     """The default: the seed's five factors as one retention value, in log space.
 
         value = hits x 0.5 ** (idle_s / recency_half_life_s)
@@ -199,7 +199,7 @@ class Weighted(Defaults):
 
 
 @dataclass
-class GDSF(Defaults):
+class GDSF(Policy):
     """GreedyDual-Size-Frequency: value = L + frequency x cost / size, where L is the clock
     *as of the resident's last access*. The clock rises to each victim's value, so a resident
     not touched since keeps an old, low L and ages out; a fresh access re-bases it."""
