@@ -286,7 +286,7 @@ class DiskIndex:
         self.members: dict[int, CachedVersion] = {}
 
     def add(self, record: CachedVersion, resident: Resident, folder: Path) -> None:
-        record.disk = resident._replace(deprecated=record.deprecated)
+        record.disk = resident
         record.folder = folder
         self.members[record.version_id] = record
 
@@ -304,8 +304,8 @@ class DiskIndex:
         is in the engine, loading, landing or answering requests, and not ``keep``."""
         if need_bytes <= 0:
             return []
-        candidates = [
-            r.disk
+        candidates = [  # as the policy must see them: the record's flag
+            r.disk._replace(deprecated=r.deprecated)
             for r in list(self.members.values())
             if r.disk is not None and r.engine is None and not r.busy and r.version_id not in keep
         ]

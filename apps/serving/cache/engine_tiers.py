@@ -64,7 +64,7 @@ class EngineTiers:
     # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------
 
     def add(self, record: CachedVersion, resident: Resident) -> None:
-        record.engine = resident._replace(deprecated=record.deprecated)
+        record.engine = resident
         self.members[record.version_id] = record
 
     def drop(self, record: CachedVersion) -> None:
@@ -161,8 +161,8 @@ class EngineTiers:
         vLLM's LRU never chooses: the policy's pick goes before an add would overflow."""
         capacity = self._slots()[1]
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
-        residents = [
-            r.engine._replace(pinned=r.protected)
+        residents = [  # as the policy must see them: the record's flags
+            r.engine._replace(pinned=r.protected, deprecated=r.deprecated)
             for r in self.members.values()
             if r.engine is not None
         ]

@@ -543,11 +543,7 @@ class CacheManager:
         record = self.versions.get(version_id)
         if record is None:
             return
-        record.deprecated = deprecated
-        if record.engine is not None:
-            record.engine = record.engine._replace(deprecated=deprecated)
-        if record.disk is not None:
-            record.disk = record.disk._replace(deprecated=deprecated)
+        record.deprecated = deprecated  # its one copy: the tiers hand it to the policy
 
     def in_engine(self) -> int:
         return len(self.tiers.members)
@@ -645,10 +641,18 @@ class CacheManager:
     def residents(self) -> dict[str, list[dict]]:
         now = time.monotonic()
         device = self.tiers.device_set()
-        engine = [(rec, rec.engine) for rec in self.tiers.members.values() if rec.engine]
+        engine = [
+            (rec, rec.engine._replace(deprecated=rec.deprecated))
+            for rec in self.tiers.members.values()
+            if rec.engine
+        ]
         rank([r for _, r in engine], policy=self.policy, now=now)  # scales for scores
         engine_rows = [self._row(record, r, now) for record, r in engine]
-        disk = [(rec, rec.disk) for rec in list(self.on_disk.members.values()) if rec.disk]
+        disk = [
+            (rec, rec.disk._replace(deprecated=rec.deprecated))
+            for rec in list(self.on_disk.members.values())
+            if rec.disk
+        ]
         rank([r for _, r in disk], policy=self.policy, now=now)
         disk_rows = []
         for record, r in disk:

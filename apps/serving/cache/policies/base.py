@@ -25,7 +25,7 @@ class Resident(NamedTuple):
     hits: float = 0.0  # decayed access count, as of ``last_used``
     reload_cost_ms: float = 0.0  # measured time to bring it back from the tier below
     tenant_priority: int = 1
-    deprecated: bool = False
+    deprecated: bool = False  # set from the version's record when it is handed to a policy
     pinned: bool = False
 
     def decayed_hits(self, now: float, half_life_s: float = HALF_LIFE_S) -> float:
