@@ -71,3 +71,25 @@ def test_every_override_in_the_node_s_front_replaces_a_method_vllm_has():
         }
         assert defined, ours
         assert not [name for name in defined if not hasattr(theirs, name)], ours
+
+
+def test_the_engine_refuses_to_start_without_the_lora_fix_plugin_vllm_would_load(monkeypatch):
+    """vLLM only logs a plugin that fails to load; a stale entry point (the package moved the
+    module, the virtualenv was not reinstalled) would serve wrong tokens for mixed batches."""
+    import importlib.metadata
+
+    from apps.serving.node import engine
+
+    assert engine.lora_fix_problem() is None  # as installed by `make install`
+    stale = importlib.metadata.EntryPoint(
+        name=engine.LORA_FIX_PLUGIN,
+        value="apps.serving.lora_fix:register",
+        group="vllm.general_plugins",
+    )
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [stale])
+    problem = engine.lora_fix_problem()
+    assert problem is not None
+    assert "apps.serving.lora_fix:register, which does not load" in problem
+    assert "run `make install`" in problem
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    assert "is not installed" in (engine.lora_fix_problem() or "")

@@ -41,6 +41,31 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+LORA_FIX_PLUGIN = "lorahub_lora_fix"
+
+
+def lora_fix_problem() -> str | None:
+    """Why vLLM would start without the LoRA fix (``lora_fix.py``) in its processes, or None.
+
+    vLLM loads general plugins from the installed package's entry points and only logs one
+    that fails to load; without this one, base-model rows batched with adapter rows silently
+    get an adapter applied. An entry point goes stale when the package moves the module and
+    the virtualenv is not reinstalled."""
+    from importlib.metadata import entry_points
+
+    ours = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == LORA_FIX_PLUGIN]
+    if not ours:
+        return f"the vLLM plugin {LORA_FIX_PLUGIN} is not installed; run `make install`"
+    try:
+        ours[0].load()
+    except (ImportError, AttributeError) as exc:
+        return (
+            f"the vLLM plugin {LORA_FIX_PLUGIN} names {ours[0].value}, which does not load "
+            f"({exc}): the installed package is older than this checkout; run `make install`"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine is started with; LoRA limits come from the cache config."""
@@ -182,6 +207,8 @@ class Engine:
                     f"vLLM {vllm.__version__} is not the release apps/serving/node/vllm_front.py "
                     f"was written for: {exc}"
                 ) from exc
+            if problem := lora_fix_problem():
+                raise EngineNotReady(problem)
             if problems := vllm_front.contract_problems():
                 raise EngineNotReady("; ".join(problems))
             self._llm = AsyncLLM.from_engine_args(args)
