@@ -316,6 +316,19 @@ def publish_support_versions(tenant, reviewer_user, demo_dir: Path) -> dict[str,
 
 
 @pytest.fixture
+def support_versions(db, signing_key, tenant_a, reviewer) -> dict[str, int]:
+    """Tenant A's 'support' adapter with approved, signed versions v1, v2 (rank 16), v3, as rows
+    only (``helpers.approved_version``): for rules over versions, under a rolled-back
+    transaction. ``published`` makes the same through the real pipeline."""
+    from tests.helpers import approved_version
+
+    return {
+        name: approved_version(tenant_a, "support", name, reviewer, rank=rank)
+        for name, rank in (("v1", 8), ("v2", 16), ("v3", 8))
+    }
+
+
+@pytest.fixture
 def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir, transactional_db):
     """Three approved versions of tenant A's 'support' adapter: v1, v2, v3."""
     return publish_support_versions(tenant_a, reviewer, demo_dir)

@@ -97,6 +97,45 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     return row.pk
 
 
+def approved_version(tenant, adapter_id: str, version: str, reviewer_user, *, rank: int = 8) -> int:
+    """An approved, signed version row made without the upload pipeline: no object store, no
+    validation, no worker, so a test of rules over versions (aliases, canaries) can run under
+    ``db``. Its files are named and hashed but never stored; the reviewer's approval and the
+    signature are the real services'. Full-pipeline publishing is ``publish``."""
+    import hashlib
+
+    from apps.registry import signing
+    from apps.registry.models import Adapter, AdapterVersion
+    from apps.serving import demo_corpus as corpus
+    from apps.tenants.auth import principal_for_user
+
+    adapter, _ = Adapter.objects.get_or_create(tenant=tenant, adapter_id=adapter_id)
+    files = {
+        name: {
+            "sha256": hashlib.sha256(f"{adapter_id}@{version}/{name}".encode()).hexdigest(),
+            "size": size,
+        }
+        for name, size in (("adapter_config.json", 600), ("adapter_model.safetensors", 1 << 20))
+    }
+    row = AdapterVersion.objects.create(
+        adapter=adapter,
+        version=version,
+        state="pending_review",
+        base_model=corpus.BASE_MODEL_NAME,
+        base_model_revision=corpus.BASE_MODEL_REVISION,
+        rank=rank,
+        lora_alpha=2.0 * rank,
+        target_modules=["q_proj", "v_proj"],
+        files=files,
+        size_bytes=sum(meta["size"] for meta in files.values()),
+        storage_prefix=f"tenants/{tenant.slug}/adapters/{adapter_id}/{version}",
+    )
+    row.manifest_digest = signing.manifest_digest(row.manifest())
+    row.save(update_fields=["manifest_digest"])
+    services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
+    return row.pk
+
+
 def signed_version(store, folder: Path, prefix: str, key, **fields):
     """Put ``folder``'s files in ``store`` under ``prefix`` and describe them as the registry
     would to a node: a ``ResolvedVersion`` whose manifest is signed with ``key``.

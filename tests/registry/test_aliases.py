@@ -22,17 +22,17 @@ def owner(tenant):
     return principal_for_user(get_user_model().objects.get(username="alice"))
 
 
-def test_put_moves_the_alias_and_records_who_when_from_to_why(published, tenant_a):
+def test_put_moves_the_alias_and_records_who_when_from_to_why(support_versions, tenant_a):
     client = key_client(tenant_a)
     first = client.put(
         "/api/aliases/support",
-        {"version_id": published["v1"], "reason": "go"},
+        {"version_id": support_versions["v1"], "reason": "go"},
         content_type="application/json",
     ).json()
     assert first["version"]["label"] == "support@v1"
     moved = client.put(
         "/api/aliases/support",
-        {"version_id": published["v2"], "reason": "better tone"},
+        {"version_id": support_versions["v2"], "reason": "better tone"},
         content_type="application/json",
     ).json()
     assert moved["version"]["label"] == "support@v2"
@@ -45,17 +45,17 @@ def test_put_moves_the_alias_and_records_who_when_from_to_why(published, tenant_
     assert latest["at"]
 
 
-def test_canary_split_is_within_three_points_and_deterministic_per_key(published, tenant_a):
+def test_canary_split_is_within_three_points_and_deterministic_per_key(support_versions, tenant_a):
     principal = owner(tenant_a)
     aliases.set_alias(
-        principal=principal, tenant=tenant_a, name="support", version_id=published["v1"]
+        principal=principal, tenant=tenant_a, name="support", version_id=support_versions["v1"]
     )
     for percent in (10, 50, 90):
         aliases.set_canary(
             principal=principal,
             tenant=tenant_a,
             name="support",
-            version_id=published["v2"],
+            version_id=support_versions["v2"],
             percent=percent,
         )
         snapshot = aliases.load_alias_snapshot(tenant_id=tenant_a.id, name="support")
@@ -71,17 +71,17 @@ def test_canary_split_is_within_three_points_and_deterministic_per_key(published
             assert resolved.is_canary == (picks[i] == "v2")
 
 
-def test_listed_api_keys_always_get_the_canary(published, tenant_a):
+def test_listed_api_keys_always_get_the_canary(support_versions, tenant_a):
     principal = owner(tenant_a)
     key, _ = tenant_services.issue_api_key(tenant=tenant_a, name="beta-tester", actor=None)
     aliases.set_alias(
-        principal=principal, tenant=tenant_a, name="support", version_id=published["v1"]
+        principal=principal, tenant=tenant_a, name="support", version_id=support_versions["v1"]
     )
     aliases.set_canary(
         principal=principal,
         tenant=tenant_a,
         name="support",
-        version_id=published["v2"],
+        version_id=support_versions["v2"],
         percent=0,
         api_keys=[key.prefix],
     )
@@ -101,19 +101,21 @@ def test_listed_api_keys_always_get_the_canary(published, tenant_a):
             principal=principal,
             tenant=tenant_a,
             name="support",
-            version_id=published["v2"],
+            version_id=support_versions["v2"],
             api_keys=["deadbeef"],
         )
 
 
-def test_promote_makes_the_canary_stable_and_clears_it(published, tenant_a):
+def test_promote_makes_the_canary_stable_and_clears_it(support_versions, tenant_a):
     client = key_client(tenant_a)
     client.put(
-        "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
+        "/api/aliases/support",
+        {"version_id": support_versions["v1"]},
+        content_type="application/json",
     )
     client.post(
         "/api/aliases/support/canary",
-        {"version_id": published["v2"], "percent": 25},
+        {"version_id": support_versions["v2"], "percent": 25},
         content_type="application/json",
     )
     body = client.post(
@@ -129,16 +131,18 @@ def test_promote_makes_the_canary_stable_and_clears_it(published, tenant_a):
 
 
 def test_rollback_restores_the_previous_version_in_one_call_and_clears_the_canary(
-    published, tenant_a
+    support_versions, tenant_a
 ):
     client = key_client(tenant_a)
     for name in ("v1", "v2", "v3"):
         client.put(
-            "/api/aliases/support", {"version_id": published[name]}, content_type="application/json"
+            "/api/aliases/support",
+            {"version_id": support_versions[name]},
+            content_type="application/json",
         )
     client.post(
         "/api/aliases/support/canary",
-        {"version_id": published["v1"], "percent": 50},
+        {"version_id": support_versions["v1"], "percent": 50},
         content_type="application/json",
     )
     body = client.post(
