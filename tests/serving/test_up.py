@@ -54,13 +54,27 @@ def node_process(up: psutil.Process) -> psutil.Process | None:
     return None
 
 
+def is_engine(process: psutil.Process) -> bool:
+    """One of vLLM's engine processes: named ``VLLM::EngineCore`` / ``VLLM::Worker`` once
+    started (vLLM sets the process title), a ``multiprocessing`` spawn before that."""
+    try:
+        title = " ".join(process.cmdline()) + " " + process.name()
+        return process.status() != psutil.STATUS_ZOMBIE and (
+            "VLLM::" in title or "spawn_main" in title
+        )
+    except psutil.Error:  # it ended while we looked
+        return False
+
+
 def engine_processes(node: psutil.Process) -> list[psutil.Process]:
-    """The processes vLLM spawned for the node's engine (EngineCore and its workers)."""
-    return [
-        p
-        for p in node.children(recursive=True)
-        if any("spawn_main" in part for part in p.cmdline())
-    ]
+    """The engine processes the node started (its descendants, whatever their names)."""
+    return [p for p in node.children(recursive=True) if is_engine(p)]
+
+
+def orphaned_engines() -> set[int]:
+    """Engine processes whose parent died (adopted by init): what a node killed without its
+    engine leaves behind."""
+    return {p.pid for p in psutil.process_iter() if is_engine(p) and p.ppid() == 1}
 
 
 def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothing(
@@ -93,6 +107,7 @@ def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothi
             command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     up = psutil.Process(up_proc.pid)
+    orphans_before = orphaned_engines()  # none, unless something else leaked before this test
     try:
         wait_until(lambda: ready(url), f"the node to be ready (see {tmp_path}/up.log)", 240)
         node = node_process(up)
@@ -112,10 +127,11 @@ def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothi
         )
         restarted = node_process(up)
         assert restarted is not None
-        engines = [p for part in up.children() for p in engine_processes(part) if p.is_running()]
-        assert engines and all(
-            p.pid in {e.pid for e in engine_processes(restarted)} for p in engines
-        )
+        ours = {p.pid for p in engine_processes(restarted)}
+        assert ours
+        # under up, the restarted node's engine is the only one; nowhere an orphaned one
+        assert {p.pid for part in up.children() for p in engine_processes(part)} == ours
+        assert orphaned_engines() - orphans_before == set()
         everything = up.children(recursive=True)
     finally:
         up_proc.send_signal(signal.SIGINT)  # Ctrl-C
