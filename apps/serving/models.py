@@ -28,6 +28,12 @@ class RequestLog(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     status = models.PositiveSmallIntegerField()
     error = models.CharField(max_length=64, blank=True)
+    # output-quality markers (apps/serving/quality.py)
+    finish_reason = models.CharField(max_length=8, blank=True)  # stop, length, error, abort
+    empty_output = models.BooleanField(default=False)
+    json_valid = models.BooleanField(null=True)  # null: JSON was not asked for
+    json_matches = models.BooleanField(null=True)  # null: no schema asked for
+    refused = models.BooleanField(default=False)  # vLLM refused the request itself
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "at"])]
@@ -56,6 +62,17 @@ class RollupCounts(models.Model):
     load_ms_sum = models.FloatField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
+    # output-quality markers (apps/serving/quality.py): how answers finished, empty answers,
+    # requests vLLM refused, and of the requests that asked for JSON, answers that did not
+    # parse or did not match the schema asked for
+    finish_stop = models.PositiveIntegerField(default=0)
+    finish_length = models.PositiveIntegerField(default=0)
+    finish_error = models.PositiveIntegerField(default=0)
+    empty_outputs = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    json_requests = models.PositiveIntegerField(default=0)
+    json_invalid = models.PositiveIntegerField(default=0)
+    json_mismatched = models.PositiveIntegerField(default=0)
 
     class Meta:
         abstract = True

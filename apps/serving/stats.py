@@ -22,6 +22,7 @@ from django.db.models import F
 
 from apps.serving.histograms import bucket_of
 from apps.serving.models import CacheMinute, RequestLog, RequestMinute, RequestRollup
+from apps.serving.quality import FINISH_REASONS
 from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,13 @@ class RequestRecord:
     total_ms: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # output-quality markers (``apps/serving/quality.py``)
+    finish_reason: str = ""  # stop, length, error (or abort, or "" without a generation)
+    empty_output: bool = False
+    json_requested: bool = False
+    json_valid: bool | None = None  # None: JSON was not asked for, or nothing finished
+    json_matches: bool | None = None  # None: no schema
+    refused: bool = False
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -81,6 +89,7 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
         row["load_ms_sum"] += r.load_ms
         row["prompt_tokens"] += r.prompt_tokens
         row["completion_tokens"] += r.completion_tokens
+        _count_markers(row, r)
     if gone:
         records = [replace(r, tenant_id=None) if r.tenant_id in gone else r for r in records]
     with transaction.atomic():
@@ -103,6 +112,11 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
                     completion_tokens=r.completion_tokens,
                     status=r.status,
                     error=r.error[:64],
+                    finish_reason=r.finish_reason[:8],
+                    empty_output=r.empty_output,
+                    json_valid=r.json_valid,
+                    json_matches=r.json_matches,
+                    refused=r.refused,
                 )
                 for r in records
             ],
@@ -119,6 +133,18 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
         for (step, start, *rest), sums in coarse.items():
             key = {"step_s": step, "start": start, **dict(zip(KEY_FIELDS, rest, strict=True))}
             _add(RequestRollup, key, sums)
+
+
+def _count_markers(row: dict[str, float], r: RequestRecord) -> None:
+    """Add a request's output-quality markers to its rollup row's counters."""
+    if r.finish_reason in FINISH_REASONS:
+        row[f"finish_{r.finish_reason}"] += 1
+    row["empty_outputs"] += 1 if r.empty_output else 0
+    row["refused"] += 1 if r.refused else 0
+    if r.json_requested:
+        row["json_requests"] += 1
+        row["json_invalid"] += 1 if r.json_valid is False else 0
+        row["json_mismatched"] += 1 if r.json_matches is False else 0
 
 
 KEY_FIELDS = ("tenant_id", "alias", "adapter_id", "version")

@@ -17,6 +17,10 @@ function showTotals(totals) {
     ["TTFT p50", fmt(totals.ttft_p50, "ms")],
     ["TTFT p95", fmt(totals.ttft_p95, "ms")],
     ["TTFT p99", fmt(totals.ttft_p99, "ms")],
+    ["Cut by max_tokens", fmt(totals.cut_rate, "%")],
+    ["Empty answers", fmt(totals.empty_rate, "%")],
+    ["Invalid JSON (of JSON requests)", fmt(totals.json_invalid_rate, "%")],
+    ["Refused by the engine", fmt(totals.refused)],
   ];
   document.getElementById("totals").replaceChildren(...items.map(([label, value]) => {
     const div = document.createElement("div");
@@ -30,6 +34,43 @@ function showTotals(totals) {
   }));
 }
 
+// One adapter's versions side by side: its errors, latency and output-quality markers.
+function showVersions(versions) {
+  const section = document.getElementById("versions");
+  if (!section) return;
+  section.hidden = !versions.length;
+  const columns = [
+    ["version", (v) => v.version, ""],
+    ["Requests", (v) => fmt(v.requests), "num"],
+    ["Error rate", (v) => fmt(v.error_rate, "%"), "num"],
+    ["TTFT p95", (v) => fmt(v.ttft_p95, "ms"), "num"],
+    ["Cut by max_tokens", (v) => fmt(v.cut_rate, "%"), "num"],
+    ["Empty", (v) => fmt(v.empty_rate, "%"), "num"],
+    ["Invalid JSON", (v) => fmt(v.json_invalid_rate, "%"), "num"],
+    ["Refused", (v) => fmt(v.refused), "num"],
+  ];
+  const head = document.createElement("tr");
+  for (const [label, , cls] of columns) {
+    const th = document.createElement("th");
+    th.textContent = label === "version" ? "Version" : label;
+    th.className = cls;
+    head.append(th);
+  }
+  const rows = versions.map((v) => {
+    const tr = document.createElement("tr");
+    tr.dataset.version = v.version;
+    for (const [, value, cls] of columns) {
+      const td = document.createElement("td");
+      td.textContent = value(v);
+      td.className = cls;
+      tr.append(td);
+    }
+    return tr;
+  });
+  section.querySelector("thead").replaceChildren(head);
+  section.querySelector("tbody").replaceChildren(...rows);
+}
+
 async function load() {
   const form = document.getElementById("dashboard-controls");
   const status = document.getElementById("dashboard-status");
@@ -40,6 +81,7 @@ async function load() {
   if (!response.ok) { status.textContent = `could not load the data (HTTP ${response.status})`; return; }
   const body = await response.json();
   showTotals(body.totals);
+  showVersions(body.versions || []);
   for (const [id, figure] of Object.entries(body.figures)) {
     const element = document.getElementById(id);
     if (!element) continue;

@@ -178,9 +178,16 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
         "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
     )
     client = openai.OpenAI(base_url=f"{node_url}/v1", api_key=key, max_retries=0)
-    sent = 12
-    for _ in range(sent):
-        client.completions.create(model="support", prompt=PROMPT, max_tokens=4, temperature=0)
+    answered = [
+        client.completions.create(
+            model="support", prompt=PROMPT, max_tokens=max_tokens, temperature=0
+        )
+        for max_tokens in [4] * 6 + [64] * 5
+    ]
+    cut = sum(a.choices[0].finish_reason == "length" for a in answered)
+    with pytest.raises(openai.BadRequestError):  # refused by vLLM: a quality marker too
+        client.completions.create(model="support", prompt=PROMPT, max_tokens=4, stop=["", "x"])
+    sent = len(answered) + 1
     deadline = time.monotonic() + 10
     while True:  # the node writes its statistics every LORAHUB_STATS_FLUSH_MS (2 s)
         rows = list(RequestMinute.objects.filter(tenant=tenant_a))
@@ -207,6 +214,14 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
     ttft = page.evaluate("document.getElementById('chart-ttft').data[1].y")  # p95
     assert any(v is not None and v > 0 for v in ttft)
     expect(page.locator("#totals")).to_contain_text(str(sent))
+    # the output-quality markers: answers cut by max_tokens, and the refusal
+    quality = page.evaluate(
+        "Object.fromEntries(document.getElementById('chart-quality').data"
+        ".map(trace => [trace.name, trace.y]))"
+    )
+    for name, expected in (("cut by max_tokens", cut), ("refused by the engine", 1)):
+        steps = [(y or 0) * n for y, n in zip(quality[name], plotted, strict=True)]
+        assert round(sum(steps)) == expected, (name, quality[name], plotted)
     keep_for_docs(screenshot(page, "dashboard"))
 
     # the adapter filter and the range picker reload the figures without a page load
@@ -214,6 +229,10 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
     page.locator("label.pill", has_text="Last week").click()
     expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "week")
     assert sum(page.evaluate("document.getElementById('chart-requests').data[0].y")) == sent
+    # one adapter picked: its versions side by side, with their markers
+    v1 = page.locator("#versions tbody tr[data-version=v1]")
+    expect(v1).to_contain_text(str(sent))
+    expect(v1.locator("td").nth(4)).to_have_text(f"{100 * cut / sent:.1f} %")
 
 
 @pytest.fixture

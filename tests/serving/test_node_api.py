@@ -4,6 +4,7 @@ on the demo model) on PostgreSQL, Redis and the S3 server, driven through the co
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 import time
 
@@ -380,6 +381,62 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     from apps.serving.models import RequestMinute
 
     assert RequestMinute.objects.filter(tenant=tenant_a, alias="support").exists()
+
+
+def test_each_answer_leaves_its_quality_markers_in_the_log_and_the_metrics(world, tenant_a):
+    url, key = world["url"], world["a_key"]
+
+    def markers(marker: str) -> float:
+        return node_metric(
+            url, "adapter_output_markers_total", tenant="tenant-a", adapter="support", marker=marker
+        )
+
+    before = {m: markers(m) for m in ("cut", "refused", "json_invalid")}
+    last_id = max(RequestLog.objects.filter(tenant=tenant_a).values_list("id", flat=True) or [0])
+
+    def ask(**body):
+        return httpx.post(
+            f"{url}/v1/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "support", "prompt": PROMPT, "temperature": 0, **body},
+            timeout=60,
+        )
+
+    cut = ask(max_tokens=2)
+    assert cut.json()["choices"][0]["finish_reason"] == "length"
+    whole = ask(max_tokens=64)
+    json_asked = ask(max_tokens=3, response_format={"type": "json_object"})
+    assert json_asked.status_code == 200, json_asked.text
+    json_text = json_asked.json()["choices"][0]["text"]
+    refused = ask(max_tokens=4, stop=["", "x"])
+    assert refused.status_code == 400
+
+    deadline = time.monotonic() + 10
+    rows = RequestLog.objects.filter(tenant=tenant_a, id__gt=last_id).order_by("id")
+    while rows.count() < 4:
+        assert time.monotonic() < deadline, "request statistics were not written"
+        time.sleep(0.2)
+    logged = list(rows)
+    assert [r.finish_reason for r in logged] == [
+        "length",
+        whole.json()["choices"][0]["finish_reason"],  # as the caller saw it
+        json_asked.json()["choices"][0]["finish_reason"],
+        "",  # refused before it generated anything
+    ]
+    assert [r.refused for r in logged] == [False, False, False, True]
+    assert [r.json_valid for r in logged] == [None, None, _parses(json_text), None]
+    assert not any(r.empty_output for r in logged[:2])
+    assert markers("cut") == before["cut"] + sum(r.finish_reason == "length" for r in logged)
+    assert markers("refused") == before["refused"] + 1
+    assert markers("json_invalid") == before["json_invalid"] + (not _parses(json_text))
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def internal(world, path, body=None, token=NODE_INTERNAL_TOKEN):

@@ -82,6 +82,23 @@ def timeline(data: dict) -> dict[str, Figure]:
             ],
             "layout": layout("Requests and errors per step", "requests", barmode="overlay"),
         },
+        "chart-quality": {
+            "data": [
+                _line(t, data.get(f"{key}_share", []), label, marker=marker, connectgaps=False)
+                for key, label in (
+                    ("cut", "cut by max_tokens"),
+                    ("empty", "empty answer"),
+                    ("json_invalid", "JSON asked, invalid (of those)"),
+                    ("refused", "refused by the engine"),
+                    ("failed", "generation failed"),
+                )
+            ],
+            "layout": layout(
+                "Output quality markers (share of requests)",
+                "share",
+                yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
+            ),
+        },
         "chart-loads": {
             "data": [
                 _line(

@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import Max, Q, Sum
 
 from apps.registry.choices import AliasAction
-from apps.registry.models import Alias, AliasEvent
+from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
 from apps.serving.models import CacheMinute, RequestMinute, RequestRollup
 from apps.tenants.models import Tenant
@@ -41,7 +41,18 @@ RANGES = {
 }
 DEFAULT_RANGE = "day"
 TIERS = ("l1", "l2", "l3", "l4")
-COUNTERS = ("requests", "errors", "degraded", *(f"hits_{t}" for t in TIERS))
+# the output-quality markers' counters (``apps/serving/quality.py``)
+MARKERS = (
+    "finish_stop",
+    "finish_length",
+    "finish_error",
+    "empty_outputs",
+    "refused",
+    "json_requests",
+    "json_invalid",
+    "json_mismatched",
+)
+COUNTERS = ("requests", "errors", "degraded", *(f"hits_{t}" for t in TIERS), *MARKERS)
 BUCKETS = {name: bucket_fields(name) for name in HISTOGRAMS}
 
 
@@ -128,6 +139,17 @@ def series(where: Q, rng: Range, *, now: datetime | None = None) -> dict:
         ttft = m[:, [col[f] for f in BUCKETS["ttft"]]]
         for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
             out[f"ttft_{name}"] = _listed(quantiles(ttft, q, max_ms=m[:, col["ttft_max"]]))
+        per_request = np.where(n > 0, n, np.nan)
+        json_n = m[:, col["json_requests"]]
+        per_json = np.where(json_n > 0, json_n, np.nan)
+        for name, counter, of in (
+            ("cut", "finish_length", per_request),
+            ("empty", "empty_outputs", per_request),
+            ("refused", "refused", per_request),
+            ("failed", "finish_error", per_request),
+            ("json_invalid", "json_invalid", per_json),
+        ):
+            out[f"{name}_share"] = _listed(np.round(m[:, col[counter]] / of, 4))
         for tier in ("l3", "l4"):
             loads = m[:, [col[f] for f in BUCKETS[f"load_{tier}"]]]
             out[f"loads_{tier}"] = loads.sum(axis=1).astype(int).tolist()
@@ -185,6 +207,11 @@ def cache_series(rng: Range, *, tenant: Tenant | None = None, now: datetime | No
 def summarize(row: dict) -> dict:
     n = int(row.get("requests") or 0)
     ttft = _buckets(row, "ttft")
+
+    def share(counter: str, of: str = "requests") -> float | None:
+        total = row.get(of) or 0
+        return (row.get(counter) or 0) / total if total else None
+
     return {
         "requests": n,
         "errors": int(row.get("errors") or 0),
@@ -193,7 +220,33 @@ def summarize(row: dict) -> dict:
         "ttft_p50": quantile(ttft, 0.5, max_ms=row.get("ttft_max")),
         "ttft_p95": quantile(ttft, 0.95, max_ms=row.get("ttft_max")),
         "ttft_p99": quantile(ttft, 0.99, max_ms=row.get("ttft_max")),
+        # the output-quality markers: shares of requests (JSON ones: of those that asked)
+        "cut_rate": share("finish_length"),
+        "empty_rate": share("empty_outputs"),
+        "refused": int(row.get("refused") or 0),
+        "failed_rate": share("finish_error"),
+        "json_requests": int(row.get("json_requests") or 0),
+        "json_invalid_rate": share("json_invalid", "json_requests"),
+        "json_mismatched_rate": share("json_mismatched", "json_requests"),
     }
+
+
+def by_version(
+    rng: Range, *, tenant: Tenant, adapter_id: str, now: datetime | None = None
+) -> list[dict]:
+    """One adapter's versions side by side over ``rng``: requests, errors, TTFT and the
+    output-quality markers of each, newest version first."""
+    end = now or datetime.now(UTC)
+    qs, _ = _source(rng, _floor(end - rng.span, rng.step))
+    names, rows = _grouped(qs.filter(scope(tenant=tenant, adapter_id=adapter_id)), "version")
+    found = [{"version": row[0], **summarize(dict(zip(names, row, strict=True)))} for row in rows]
+    uploaded = dict(
+        AdapterVersion.objects.filter(
+            adapter__tenant=tenant, adapter__adapter_id=adapter_id
+        ).values_list("version", "created_at")
+    )
+    oldest = datetime.min.replace(tzinfo=UTC)
+    return sorted(found, key=lambda r: uploaded.get(r["version"], oldest), reverse=True)
 
 
 def fairness(rng: Range, *, now: datetime | None = None) -> list[dict]:

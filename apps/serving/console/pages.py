@@ -192,7 +192,14 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
             "ranges": dashboards.RANGES.values(),
             "range": _range(request).key,
             "data_url": reverse("serving:dashboard_data", args=[tenant.slug]),
-            "charts": ["chart-ttft", "chart-hits", "chart-requests", "chart-loads", "chart-cache"],
+            "charts": [
+                "chart-ttft",
+                "chart-hits",
+                "chart-requests",
+                "chart-quality",
+                "chart-loads",
+                "chart-cache",
+            ],
             "section": "dashboard",
         },
     )
@@ -213,7 +220,12 @@ def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
             warm_quota=quota.max_warm_adapters,
         ),
     }
-    return JsonResponse({"figures": figures, "totals": data["totals"], "range": rng.key})
+    versions = (
+        dashboards.by_version(rng, tenant=tenant, adapter_id=adapter_id) if adapter_id else []
+    )
+    return JsonResponse(
+        {"figures": figures, "totals": data["totals"], "versions": versions, "range": rng.key}
+    )
 
 
 @require(operators, "operators")
@@ -231,6 +243,7 @@ def operator_dashboard(request: HttpRequest) -> HttpResponse:
                 "chart-ttft",
                 "chart-hits",
                 "chart-requests",
+                "chart-quality",
                 "chart-loads",
             ],
             "section": "operator_dashboard",

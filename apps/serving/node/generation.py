@@ -41,7 +41,47 @@ class Generation:
     # Called once when its one engine request has a single token left (max_tokens - 1
     # made): it leaves the batch after vLLM's next step.
     on_last_token: Callable[[], None] | None = None
+    # Per choice (engine request id, choice index): how it finished, whether it said anything,
+    # and its text when the request asked for JSON (``keep_text``), for the quality markers.
+    keep_text: bool = False
+    finish_reasons: dict[tuple[str, int], str] = field(default_factory=dict)
+    spoke: set[tuple[str, int]] = field(default_factory=set)
+    _texts: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     _running: set[str] = field(default_factory=set)
+
+    def saw(
+        self, request_id: str, index: int, text: str, finish_reason: str | None, *, delta: bool
+    ) -> None:
+        """One choice's output so far (``delta``: only what is new)."""
+        key = (request_id, index)
+        if text:
+            self.spoke.add(key)
+            if self.keep_text:
+                if delta:
+                    self._texts.setdefault(key, []).append(text)
+                else:
+                    self._texts[key] = [text]
+        if finish_reason:
+            self.finish_reasons[key] = finish_reason
+
+    @property
+    def finish_reason(self) -> str:
+        """``length`` if any choice was cut by its token limit, ``abort`` if one was aborted,
+        ``stop`` when every choice stopped by itself; empty before any finished."""
+        reasons = set(self.finish_reasons.values())
+        for worst in ("length", "abort"):
+            if worst in reasons:
+                return worst
+        return "stop" if reasons else ""
+
+    @property
+    def empty_output(self) -> bool:
+        """A choice finished without a single character."""
+        return any(key not in self.spoke for key in self.finish_reasons)
+
+    def texts(self) -> list[str]:
+        """The finished choices' texts (kept only with ``keep_text``)."""
+        return ["".join(self._texts.get(key, [])) for key in sorted(self.finish_reasons)]
 
     def started(self, request_id: str) -> None:
         self._running.add(request_id)

@@ -78,6 +78,13 @@ class NodeMetrics:
             ["tenant", "adapter", "code"],
             registry=r,
         )
+        self.output_markers = Counter(
+            "adapter_output_markers",
+            "Answers with an output-quality marker: cut (by max_tokens), empty, refused (by "
+            "vLLM), json_invalid, json_mismatched (of JSON requests), failed (generation)",
+            ["tenant", "adapter", "marker"],
+            registry=r,
+        )
         self.degraded = Counter(
             "adapter_degraded",
             "Requests answered by the base model because an adapter could not be loaded in time",

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from apps.registry.aliases import AliasSnapshot, ResolvedVersion
-from apps.serving import offload
+from apps.serving import offload, quality
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (
     AdapterIntegrityError,
@@ -75,6 +75,14 @@ class RequestTrace:
     finishing: bool = False  # on its last token (the gate may hand its slot on)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # the output-quality markers (``apps/serving/quality.py``)
+    json: quality.JsonWanted | None = None  # the request asked for JSON
+    finish_reason: str = ""
+    empty_output: bool = False
+    json_valid: bool | None = None
+    json_matches: bool | None = None
+    refused: bool = False  # vLLM refused the request itself
+    generating: bool = False  # handed to the engine
 
     def headers(self) -> dict[str, str]:
         if self.resolved is not None:
@@ -359,6 +367,7 @@ class RequestPath:
                 trace.caller = await self.authenticate(request)
                 body = oai.parse(await request.body(), chat=chat)
                 model = body["model"]
+                trace.json = quality.json_wanted(body)
                 request_key = (
                     body.get("user")
                     or request.headers.get("x-lorahub-request-key")
@@ -381,7 +390,9 @@ class RequestPath:
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),
                     on_last_token=lambda: self.finishing(trace),
+                    keep_text=trace.json is not None,
                 )
+                trace.generating = True
                 result = await self._generate(request, engine_request, handle, model, generation)
                 if isinstance(result, dict):
                     self._observe(trace, generation)
@@ -395,6 +406,7 @@ class RequestPath:
                     await result.aclose()
                     if generation.died:
                         raise EngineDied("the engine core exited")
+                    trace.refused = refused.status < 500
                     raise refused
                 stream = self._sse(first_event, result, trace, generation, holding.pop_all())
                 # Start the stream before answering: a started async generator is closed
@@ -412,6 +424,7 @@ class RequestPath:
         except DatabaseError:
             return self._error(control_plane_unavailable(), trace)
         except EngineRefused as exc:  # vLLM refused the request: its message says why
+            trace.refused = True
             return self._error(
                 oai.ApiError(
                     exc.status if exc.status < 500 else 400, str(exc), code="invalid_request"
@@ -437,6 +450,11 @@ class RequestPath:
             trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
         trace.prompt_tokens = generation.prompt_tokens
         trace.completion_tokens = generation.completion_tokens
+        trace.finish_reason = generation.finish_reason
+        trace.empty_output = generation.empty_output
+        if trace.json is not None and generation.finish_reasons:
+            verdict = quality.judge_json(generation.texts(), trace.json)
+            trace.json_valid, trace.json_matches = verdict.valid, verdict.matches
 
     async def _generate(
         self,
@@ -521,6 +539,19 @@ class RequestPath:
             metrics.count_tier(trace.tier)
         if trace.ttft_ms is not None:
             metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
+        finish_reason = "error" if status >= 500 and trace.generating else trace.finish_reason
+        for marker, present in (
+            ("cut", finish_reason == "length"),
+            ("empty", trace.empty_output),
+            ("refused", trace.refused),
+            ("json_invalid", trace.json_valid is False),
+            ("json_mismatched", trace.json_matches is False),
+            ("failed", finish_reason == "error"),
+        ):
+            if present:
+                metrics.output_markers.labels(
+                    tenant=tenant_label, adapter=adapter_label, marker=marker
+                ).inc()
         self.stats.record(
             RequestRecord(
                 tenant_id=caller.tenant_id if caller else None,
@@ -537,6 +568,13 @@ class RequestPath:
                 total_ms=(time.perf_counter() - trace.started) * 1000,
                 prompt_tokens=trace.prompt_tokens,
                 completion_tokens=trace.completion_tokens,
+                # a generation that failed finished with an error, whatever its choices did
+                finish_reason=finish_reason,
+                empty_output=trace.empty_output,
+                json_requested=trace.json is not None,
+                json_valid=trace.json_valid,
+                json_matches=trace.json_matches,
+                refused=trace.refused,
             )
         )
 

@@ -189,6 +189,9 @@ class _NodeEngine:
                 if out.prompt_token_ids is not None:
                     generation.prompt_tokens_of[out.request_id] = len(out.prompt_token_ids)
                 for piece in out.outputs:
+                    generation.saw(
+                        out.request_id, piece.index, piece.text, piece.finish_reason, delta=delta
+                    )
                     n = len(piece.token_ids)
                     counts[piece.index] = counts.get(piece.index, 0) + n if delta else n
                     if n and generation.first_token_s is None:

@@ -1,0 +1,81 @@
+"""Output-quality markers: what a request's answer looked like, recorded with its statistics
+and rolled up per version (``stats.py``), so that a new version's answers can be judged, not
+only its error rate and latency.
+
+Per request: how it finished (``stop``, cut by ``max_tokens`` = ``length``, ``error``), whether
+an answer came back empty, whether vLLM refused the request itself, and — when the request
+asked for JSON with ``response_format`` — whether the answer parsed and, for a
+``json_schema`` format, whether it matched the schema. Pure functions: the node computes them
+when a request ends, off nothing but what the request and its generation already hold.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+FINISH_REASONS = ("stop", "length", "error")
+
+
+@dataclass(frozen=True)
+class JsonWanted:
+    """What a request's ``response_format`` asked for: any JSON value, or one matching
+    ``schema`` (its text, so that compiled validators can be cached by it)."""
+
+    schema: str | None = None
+
+
+def json_wanted(body: dict[str, Any]) -> JsonWanted | None:
+    """``response_format`` of an OpenAI request, if it asks for JSON."""
+    fmt = body.get("response_format")
+    if not isinstance(fmt, dict):
+        return None
+    kind = fmt.get("type")
+    if kind == "json_object":
+        return JsonWanted()
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if isinstance(schema, dict):
+            return JsonWanted(json.dumps(schema, sort_keys=True))
+        return JsonWanted()
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema: str) -> jsonschema.protocols.Validator | None:
+    """A validator for ``schema``; None for a schema that is not valid JSON Schema (vLLM
+    refuses such a request, so its answers are judged only on parsing)."""
+    try:
+        loaded = json.loads(schema)
+        cls = jsonschema.validators.validator_for(loaded)
+        cls.check_schema(loaded)
+    except (ValueError, jsonschema.SchemaError):
+        return None
+    return cls(loaded)
+
+
+@dataclass(frozen=True)
+class JsonVerdict:
+    valid: bool  # every choice parsed as JSON
+    matches: bool | None  # every choice matched the schema; None without one
+
+
+def judge_json(texts: list[str], wanted: JsonWanted) -> JsonVerdict:
+    """Whether every choice's text is JSON (and matches the schema asked for)."""
+    values = []
+    for text in texts:
+        try:
+            values.append(json.loads(text))
+        except ValueError:
+            return JsonVerdict(valid=False, matches=False if wanted.schema else None)
+    validator = _validator(wanted.schema) if wanted.schema else None
+    if validator is None:
+        return JsonVerdict(valid=bool(values), matches=None)
+    return JsonVerdict(
+        valid=bool(values), matches=bool(values) and all(validator.is_valid(v) for v in values)
+    )
