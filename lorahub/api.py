@@ -13,6 +13,7 @@ from django.db import DataError
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
+from apps.evaluations.api import router as evaluations_router
 from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
 from apps.serving.api import router as serving_router
@@ -25,6 +26,7 @@ api = NinjaAPI(title="lorahub control plane", version="1", urls_namespace="api")
 api.add_router("/", tenants_router)
 api.add_router("/", registry_router)
 api.add_router("/", serving_router)
+api.add_router("/", evaluations_router)
 
 
 @api.exception_handler(DomainError)

@@ -98,6 +98,7 @@ INSTALLED_APPS = [
     "apps.tenants",
     "apps.registry",
     "apps.serving",
+    "apps.evaluations",
 ]
 
 MIDDLEWARE = [

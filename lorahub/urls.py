@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("apps.serving.urls")),
     path("", include("apps.registry.urls")),
     path("", include("apps.tenants.urls")),
+    path("", include("apps.evaluations.urls")),
 ]

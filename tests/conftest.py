@@ -374,6 +374,8 @@ def start_worker(
             **os.environ,
             "DATABASE_URL": child_database_url(),
             "LORAHUB_S3_ENDPOINT": s3_server,
+            # evaluation runs ask the registered serving nodes' internal API
+            "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
             **S3_ENV,
             **env,
         },

@@ -36,6 +36,9 @@ def test_dependencies_point_from_serving_to_registry_to_tenants():
     assert edges(graph, "apps.registry", "apps.serving") == []
     assert edges(graph, "apps.tenants", "apps.serving") == []
     assert edges(graph, "apps.tenants", "apps.registry") == []
+    # evaluations build on the registry and talk to nodes over HTTP; nothing builds on them
+    for lower in ("apps.tenants", "apps.registry", "apps.serving"):
+        assert edges(graph, lower, "apps.evaluations") == []
 
 
 def test_only_the_node_runtime_and_its_command_import_the_node_runtime():

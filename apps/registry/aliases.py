@@ -422,3 +422,19 @@ def resolve_alias(
             "it cannot be served"
         )
     return chosen
+
+
+def serving_version(adapter, alias: str | None = None) -> AdapterVersion | None:
+    """The version an alias of ``adapter`` serves now (its stable version): the named alias,
+    else the adapter's only alias, else the one named like the adapter; None without one."""
+    found = Alias.objects.filter(adapter=adapter).select_related("version__adapter")
+    if alias:
+        named = found.filter(name=alias).first()
+        if named is None:
+            raise NotFound(f"adapter '{adapter.adapter_id}' has no alias '{alias}'")
+        return named.version
+    listed = list(found)
+    if len(listed) == 1:
+        return listed[0].version
+    same_name = [a for a in listed if a.name == adapter.adapter_id]
+    return same_name[0].version if same_name else None

@@ -118,9 +118,11 @@ def upload(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-def _comparison(version: AdapterVersion) -> AdapterVersion | None:
-    """What a reviewer compares against: the adapter's newest approved version, other than
-    this one."""
+def _comparison(version: AdapterVersion, serving: AdapterVersion | None) -> AdapterVersion | None:
+    """What a reviewer compares against: ``serving``, the version the adapter's alias serves
+    now, else (no alias yet, or it serves this one) the newest other approved version."""
+    if serving is not None and serving.pk != version.pk:
+        return serving
     return (
         AdapterVersion.objects.filter(adapter_id=version.adapter_id, state=VersionState.APPROVED)
         .exclude(pk=version.pk)
@@ -155,7 +157,8 @@ def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
     version = visible_versions(principal).filter(pk=version_id).first()
     if version is None:
         raise Http404(f"no adapter version {version_id} that you can see")
-    other = _comparison(version)
+    serving = aliases.serving_version(version.adapter)
+    other = _comparison(version, serving)
     own_tenant = version.adapter.tenant_id in principal.tenant_ids
     can_review = (
         principal.is_reviewer
@@ -171,6 +174,7 @@ def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
             "tenant": version.adapter.tenant,
             "version": version,
             "other": other,
+            "other_serving": other is not None and serving is not None and other.pk == serving.pk,
             "differences": _differences(version, other),
             "manifest": json.dumps(manifest, indent=2, sort_keys=True) if manifest else "",
             "can_review": can_review,

@@ -109,6 +109,7 @@ class Node:
             cache=self.cache,
             config=self.config,
             prewarm=self.prewarm,
+            requests=self.requests,
         )
         self.changes = ChangeFollower(
             lookups=self.lookups,
@@ -309,6 +310,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/cache", internal.cache_state),
             Route("/internal/alias", internal.alias),
             Route("/internal/prewarm", internal.prewarm, methods=["POST"]),
+            Route("/internal/generate", internal.generate, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -1,4 +1,5 @@
-"""The node's internal control API: warm, evict, inspect. Not for tenants.
+"""The node's internal control API: warm, evict, inspect, and generate with one version (for
+evaluation runs). Not for tenants.
 
 Off unless ``LORAHUB_INTERNAL_TOKEN`` is set (every path then answers 404, as if absent), and
 then only for callers that send ``Authorization: Bearer <that token>``. Callers name versions
@@ -22,8 +23,9 @@ from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
-from apps.serving.node.lookups import Lookups
+from apps.serving.node.lookups import Caller, Lookups
 from apps.serving.node.prewarm import Prewarm
+from apps.serving.node.requests import RequestPath
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
@@ -68,9 +70,10 @@ class InternalApi:
         cache: CacheManager,
         config: ConfigInForce,
         prewarm: Prewarm,
+        requests: RequestPath,
     ) -> None:
         self.engine, self.lookups, self.trust, self.cache = engine, lookups, trust, cache
-        self.config, self.prewarmer = config, prewarm
+        self.config, self.prewarmer, self.requests = config, prewarm, requests
 
     def _check(self, request: Request) -> None:
         if not settings.LORAHUB_INTERNAL_TOKEN:
@@ -122,6 +125,37 @@ class InternalApi:
             )
         await self.trust.admit(resolved)
         return resolved
+
+    async def generate(self, request: Request) -> Response:
+        """``{"version_id", "chat", "body"}``: one non-streamed completion (``chat``: chat
+        completion) of an approved, signed version, through the request path — for evaluation
+        runs, which compare versions before any alias serves them. ``body`` is an OpenAI
+        request without ``model``; the answer is vLLM's response."""
+        try:
+            self._check(request)
+            body = await self._body(request)
+            if not isinstance(body.get("body"), dict):
+                raise oai.ApiError(400, "body must be an OpenAI request object", code="no_body")
+            resolved = await self._target({"version_id": body.get("version_id")})
+            owner = await offload.run(owner_of, resolved)
+        except oai.ApiError as exc:
+            return self._error(exc)
+        caller = Caller(
+            key_prefix="internal",
+            tenant_id=resolved.tenant_id,
+            tenant_slug=resolved.tenant_slug,
+            priority=owner.priority,
+            requests_per_minute=0,
+            max_hot_adapters=owner.hot_quota if owner.hot_quota is not None else 2,
+            max_warm_adapters=owner.warm_quota if owner.warm_quota is not None else 8,
+        )
+        return await self.requests.answer_for_version(
+            request,
+            resolved=resolved,
+            caller=caller,
+            body=body["body"],
+            chat=bool(body.get("chat")),
+        )
 
     async def warm(self, request: Request) -> Response:
         try:

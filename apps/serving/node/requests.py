@@ -15,7 +15,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -83,6 +83,7 @@ class RequestTrace:
     json_matches: bool | None = None
     refused: bool = False  # vLLM refused the request itself
     generating: bool = False  # handed to the engine
+    counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
 
     def headers(self) -> dict[str, str]:
         if self.resolved is not None:
@@ -97,6 +98,8 @@ class RequestTrace:
         }
         if self.degraded:
             headers["X-Lorahub-Degraded"] = "1"
+        if not self.counted and self.ttft_ms is not None:
+            headers["X-Lorahub-Ttft-Ms"] = f"{self.ttft_ms:.1f}"
         return headers
 
 
@@ -359,21 +362,54 @@ class RequestPath:
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
         trace = RequestTrace()
+
+        async def parse_and_resolve() -> dict[str, Any]:
+            trace.caller = await self.authenticate(request)
+            body = oai.parse(await request.body(), chat=chat)
+            request_key = (
+                body.get("user") or request.headers.get("x-lorahub-request-key") or uuid.uuid4().hex
+            )
+            await self.resolve(trace, body["model"], request_key)
+            return body
+
+        return await self._answer(request, trace, parse_and_resolve, chat=chat)
+
+    async def answer_for_version(
+        self,
+        request: Request,
+        *,
+        resolved: ResolvedVersion,
+        caller: Caller,
+        body: dict[str, Any],
+        chat: bool,
+    ) -> Response:
+        """A non-streamed request for one version rather than an alias (an evaluation run's,
+        through the internal API): admitted, placed and generated as any other, not counted
+        in the tenant's statistics. The response carries its TTFT in ``X-Lorahub-Ttft-Ms``."""
+        trace = RequestTrace(caller=caller, resolved=resolved, counted=False)
+
+        async def parse() -> dict[str, Any]:
+            raw = json.dumps({**body, "model": resolved.label, "stream": False}).encode()
+            return oai.parse(raw, chat=chat)
+
+        return await self._answer(request, trace, parse, chat=chat)
+
+    async def _answer(
+        self,
+        request: Request,
+        trace: RequestTrace,
+        parse: Callable[[], Awaitable[dict[str, Any]]],
+        *,
+        chat: bool,
+    ) -> Response:
         try:
             # What the request holds (its place in the queue, its generation slot, its
             # adapter in the engine) is given back when this block ends, or, for a stream, when
             # the stream ends: it takes them over with ``pop_all``.
             async with contextlib.AsyncExitStack() as holding:
-                trace.caller = await self.authenticate(request)
-                body = oai.parse(await request.body(), chat=chat)
+                body = await parse()
                 model = body["model"]
                 trace.json = quality.json_wanted(body)
-                request_key = (
-                    body.get("user")
-                    or request.headers.get("x-lorahub-request-key")
-                    or uuid.uuid4().hex
-                )
-                await self.resolve(trace, model, request_key)
                 if not self.engine.is_ready:
                     raise EngineNotReady(self.engine.info().state)
                 engine_request = await self.engine.openai_request(chat=chat, body=body)
@@ -525,6 +561,8 @@ class RequestPath:
     # --- step 5 ----------------------------------------------------------------------------
 
     def _finish(self, trace: RequestTrace, status: int, error: str = "") -> None:
+        if not trace.counted:
+            return
         metrics, caller, resolved = self.metrics, trace.caller, trace.resolved
         tenant = caller.tenant_slug if caller else "anonymous"
         adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
