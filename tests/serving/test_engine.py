@@ -113,7 +113,12 @@ def test_the_node_hears_of_a_request_s_last_token_once_and_only_for_one_choice()
     from apps.serving.node.vllm_front import _NodeEngine
 
     def output(tokens: int, finished: bool = False):
-        piece = SimpleNamespace(index=0, token_ids=list(range(tokens)))
+        piece = SimpleNamespace(
+            index=0,
+            token_ids=list(range(tokens)),
+            text="x" * tokens,
+            finish_reason="length" if finished else None,
+        )
         return SimpleNamespace(
             request_id="r", finished=finished, prompt_token_ids=None, outputs=[piece]
         )
