@@ -19,7 +19,6 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
-from rapidfuzz.distance import Levenshtein
 
 from apps.evaluations.cases import Case, InvalidEvaluationSet, judge, parse_cases
 from apps.evaluations.models import (
@@ -30,6 +29,7 @@ from apps.evaluations.models import (
 )
 from apps.registry import aliases
 from apps.registry.models import Adapter, AdapterVersion
+from apps.serving import quality
 from apps.serving.console.node_client import NodeClient, configured_nodes
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
@@ -237,13 +237,6 @@ def _ask(
     }
 
 
-def similarity(a: str, b: str) -> float:
-    """1 - the normalised edit distance between the two answers' words (rapidfuzz)."""
-    if not a and not b:
-        return 1.0
-    return float(Levenshtein.normalized_similarity(a.split(), b.split()))
-
-
 def execute_run(run_id: int) -> EvaluationRun:
     """Answer every case with both versions and judge them; idempotent (a retried run starts
     over). A node that cannot answer fails the run with the reason."""
@@ -296,7 +289,7 @@ def _run_case(
         candidate_passed=not candidate["error"] and all(candidate_checks.values()),
         baseline_passed=not baseline["error"] and all(baseline_checks.values()),
         exact_match=candidate["text"] == baseline["text"] and not candidate["error"],
-        similarity=similarity(candidate["text"], baseline["text"]),
+        similarity=quality.similarity(candidate["text"], baseline["text"]),
         candidate_tokens=candidate["tokens"],
         baseline_tokens=baseline["tokens"],
         candidate_ttft_ms=candidate["ttft_ms"],

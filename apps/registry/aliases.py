@@ -65,6 +65,8 @@ def _snapshot(alias: Alias) -> dict[str, Any]:
         "canary_version": alias.canary_version.label if alias.canary_version else None,
         "canary_percent": alias.canary_percent,
         "canary_api_keys": list(alias.canary_api_keys),
+        "shadow_version": alias.shadow_version.label if alias.shadow_version else None,
+        "shadow_percent": alias.shadow_percent,
     }
 
 
@@ -176,11 +178,18 @@ def set_alias(
     alias.version = version
     if alias.canary_version_id == version.pk:
         _clear_canary_fields(alias)
+    _drop_shadow_if_stable(alias)
     alias.save()
     _record(
         alias, AliasAction.SET, principal, reason, before, from_version=previous, to_version=version
     )
     return alias
+
+
+def _drop_shadow_if_stable(alias: Alias) -> None:
+    """A shadow that became the stable version has nothing left to shadow."""
+    if alias.shadow_version_id is not None and alias.shadow_version_id == alias.version_id:
+        alias.shadow_version, alias.shadow_percent = None, 0
 
 
 def _clear_canary_fields(alias: Alias) -> None:
@@ -240,6 +249,41 @@ def set_canary(
 
 
 @transaction.atomic
+def set_shadow(
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    name: str,
+    version_id: int | None,
+    percent: int = 0,
+    reason: str = "",
+) -> Alias:
+    """Mirror ``percent`` of the alias's requests (stable and canary alike) to a version, off
+    the response path: callers get the live answer; the shadow's is only compared.
+    ``version_id=None`` clears the shadow."""
+    _authorize(principal, tenant)
+    alias = _locked_alias(tenant, name)
+    before = _snapshot(alias)
+    if version_id is None:
+        if alias.shadow_version_id is None:
+            return alias
+        alias.shadow_version, alias.shadow_percent = None, 0
+        alias.save()
+        _record(alias, AliasAction.CLEAR_SHADOW, principal, reason, before)
+        return alias
+    if not 0 < percent <= 100:
+        raise Invalid(f"shadow percent must be between 1 and 100, got {percent}")
+    version = _tenant_version(tenant, version_id)
+    _check_target(alias, version)
+    if version.pk == alias.version_id:
+        raise Invalid(f"{version.label} is already the stable version of '{name}'")
+    alias.shadow_version, alias.shadow_percent = version, percent
+    alias.save()
+    _record(alias, AliasAction.SHADOW, principal, reason, before)
+    return alias
+
+
+@transaction.atomic
 def promote_alias(*, principal: Principal, tenant: Tenant, name: str, reason: str = "") -> Alias:
     """Make the canary the stable version and clear the canary."""
     _authorize(principal, tenant)
@@ -250,6 +294,7 @@ def promote_alias(*, principal: Principal, tenant: Tenant, name: str, reason: st
     before, previous, promoted = _snapshot(alias), alias.version, alias.canary_version
     alias.version = promoted
     _clear_canary_fields(alias)
+    _drop_shadow_if_stable(alias)
     alias.save()
     _record(
         alias,
@@ -295,6 +340,7 @@ def rollback_alias(*, principal: Principal, tenant: Tenant, name: str, reason: s
     before, rolled_back = _snapshot(alias), alias.version
     alias.version = target
     _clear_canary_fields(alias)
+    _drop_shadow_if_stable(alias)
     alias.save()
     _record(
         alias,
@@ -322,6 +368,16 @@ class AliasSnapshot:
     canary: ResolvedVersion | None
     canary_percent: int
     canary_api_keys: frozenset[str]
+    shadow: ResolvedVersion | None = None
+    shadow_percent: int = 0
+
+    def mirror(self, request_key: str) -> ResolvedVersion | None:
+        """The shadow version, for the share of request keys that get a copy mirrored to it
+        (its own buckets, independent of the canary's)."""
+        if self.shadow is None or self.shadow_percent <= 0:
+            return None
+        bucket = canary_bucket(self.alias_id, -self.shadow.version_id, request_key)
+        return self.shadow if bucket < self.shadow_percent * (CANARY_BUCKETS // 100) else None
 
     def choose(self, request_key: str, api_key_prefix: str | None = None) -> ResolvedVersion:
         """Listed API keys always get the canary; other request keys get it when their
@@ -381,12 +437,21 @@ def _snapshot_of(alias: Alias) -> AliasSnapshot:
         ),
         canary_percent=alias.canary_percent,
         canary_api_keys=frozenset(alias.canary_api_keys),
+        shadow=(
+            _resolved(alias, alias.shadow_version, is_canary=False)
+            if alias.shadow_version is not None
+            else None
+        ),
+        shadow_percent=alias.shadow_percent,
     )
 
 
 def _snapshot_queryset():
     return Alias.objects.select_related(
-        "tenant", "version__adapter__tenant", "canary_version__adapter__tenant"
+        "tenant",
+        "version__adapter__tenant",
+        "canary_version__adapter__tenant",
+        "shadow_version__adapter__tenant",
     )
 
 

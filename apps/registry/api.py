@@ -82,6 +82,12 @@ class CanaryIn(Schema):
     reason: str = ""
 
 
+class ShadowIn(Schema):
+    version_id: int | None
+    percent: int = 0
+    reason: str = ""
+
+
 class ReasonIn(Schema):
     reason: str = ""
 
@@ -110,6 +116,8 @@ class AliasOut(Schema):
     canary_version: VersionRef | None
     canary_percent: int
     canary_api_keys: list[str]
+    shadow_version: VersionRef | None
+    shadow_percent: int
     updated_at: datetime
     history: list[AliasEventOut]
 
@@ -185,6 +193,8 @@ def alias_out(alias: Alias) -> dict:
         "canary_version": _ref(alias.canary_version),
         "canary_percent": alias.canary_percent,
         "canary_api_keys": alias.canary_api_keys,
+        "shadow_version": _ref(alias.shadow_version),
+        "shadow_percent": alias.shadow_percent,
         "updated_at": alias.updated_at,
         "history": [
             {
@@ -335,7 +345,11 @@ def _alias(principal: Principal, name: str, tenant: str | None) -> Alias:
     target = acting_tenant(principal, tenant)
     alias = (
         Alias.objects.select_related(
-            "tenant", "adapter", "version__adapter", "canary_version__adapter"
+            "tenant",
+            "adapter",
+            "version__adapter",
+            "canary_version__adapter",
+            "shadow_version__adapter",
         )
         .filter(tenant=target, name=name)
         .first()
@@ -349,7 +363,11 @@ def _alias(principal: Principal, name: str, tenant: str | None) -> Alias:
 def list_aliases(request: HttpRequest, tenant: str | None = None):
     principal: Principal = request.auth
     qs = Alias.objects.select_related(
-        "tenant", "adapter", "version__adapter", "canary_version__adapter"
+        "tenant",
+        "adapter",
+        "version__adapter",
+        "canary_version__adapter",
+        "shadow_version__adapter",
     )
     if not principal.is_operator:
         qs = qs.filter(tenant_id__in=principal.tenant_ids)
@@ -386,6 +404,22 @@ def canary_alias(request: HttpRequest, name: str, body: CanaryIn, tenant: str | 
         version_id=body.version_id,
         percent=body.percent,
         api_keys=body.api_keys,
+        reason=body.reason,
+    )
+    return alias_out(_alias(request.auth, name, tenant))
+
+
+@router.post("/aliases/{name}/shadow", response=AliasOut)
+def shadow_alias(request: HttpRequest, name: str, body: ShadowIn, tenant: str | None = None):
+    """Mirror `percent` (1-100) of the alias's requests to a version off the response path
+    (callers never wait for it nor see its answer); `version_id: null` clears the shadow."""
+    target = acting_tenant(request.auth, tenant)
+    aliases.set_shadow(
+        principal=request.auth,
+        tenant=target,
+        name=name,
+        version_id=body.version_id,
+        percent=body.percent,
         reason=body.reason,
     )
     return alias_out(_alias(request.auth, name, tenant))

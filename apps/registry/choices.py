@@ -17,6 +17,8 @@ class AliasAction(models.TextChoices):
     CLEAR_CANARY = "clear_canary", "Clear canary"
     PROMOTE = "promote", "Promote canary"
     ROLLBACK = "rollback", "Roll back"
+    SHADOW = "shadow", "Set shadow"
+    CLEAR_SHADOW = "clear_shadow", "Clear shadow"
 
 
 # Actions after which the alias's stable version is a different one.

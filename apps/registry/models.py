@@ -214,6 +214,12 @@ class Alias(models.Model):
     )
     canary_percent = models.PositiveSmallIntegerField(default=0)
     canary_api_keys = models.JSONField(default=list, blank=True)  # key prefixes
+    # a version that gets a copy of shadow_percent of the alias's requests, off the response
+    # path: its answers are compared, never returned
+    shadow_version = models.ForeignKey(
+        AdapterVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    shadow_percent = models.PositiveSmallIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -223,6 +229,10 @@ class Alias(models.Model):
             models.CheckConstraint(
                 condition=models.Q(canary_percent__gte=0, canary_percent__lte=100),
                 name="canary_percent_0_100",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(shadow_percent__gte=0, shadow_percent__lte=100),
+                name="shadow_percent_0_100",
             ),
         ]
 

@@ -330,6 +330,16 @@ def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> Htt
                 api_keys=[p.strip() for p in post.get("api_keys", "").split(",") if p.strip()],
                 reason=reason,
             )
+        elif action == "shadow":
+            clear = post.get("clear") == "1"
+            aliases.set_shadow(
+                principal=principal,
+                tenant=tenant,
+                name=name,
+                version_id=None if clear else _int(post.get("version_id"), "a shadow version"),
+                percent=0 if clear else _int(post.get("percent", "0"), "a percentage"),
+                reason=reason,
+            )
         elif action == "promote":
             aliases.promote_alias(principal=principal, tenant=tenant, name=name, reason=reason)
         elif action == "rollback":
@@ -340,6 +350,7 @@ def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> Htt
     done = {
         "set": f"Alias '{name}' moved; nodes follow within a second.",
         "canary": f"Canary of '{name}' updated.",
+        "shadow": f"Shadow of '{name}' updated; nodes follow within a second.",
         "promote": f"Canary of '{name}' promoted to stable.",
         "rollback": f"Alias '{name}' rolled back.",
     }.get(action, "Done.")

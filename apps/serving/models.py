@@ -127,6 +127,46 @@ for _model in (RequestMinute, RequestRollup):
             _model.add_to_class(_name, models.PositiveIntegerField(default=0))
 
 
+class ShadowMinute(models.Model):
+    """Shadow traffic per minute per (alias, live version, shadow version): requests mirrored,
+    dropped (the node was busy, or shadow work was over its budget), and how the shadow's
+    answers compared with the live ones. Prompts and answers are never stored here."""
+
+    minute = models.DateTimeField()
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.CASCADE, related_name="+")
+    alias = models.CharField(max_length=63)
+    version = models.CharField(max_length=64)  # the live answer's version
+    shadow_version = models.CharField(max_length=64)
+    mirrored = models.PositiveIntegerField(default=0)  # offered to the shadow
+    dropped_busy = models.PositiveIntegerField(default=0)
+    dropped_budget = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)  # the shadow failed (the caller did not)
+    compared = models.PositiveIntegerField(default=0)
+    exact = models.PositiveIntegerField(default=0)
+    similarity_sum = models.FloatField(default=0)
+    length_ratio_sum = models.FloatField(default=0)  # shadow length / live length
+    finish_agree = models.PositiveIntegerField(default=0)
+    json_compared = models.PositiveIntegerField(default=0)
+    json_agree = models.PositiveIntegerField(default=0)
+    ttft_ms_sum = models.FloatField(default=0)  # the shadow's
+    ttft_count = models.PositiveIntegerField(default=0)
+    ttft_ms_max = models.FloatField(default=0)
+    live_ttft_ms_sum = models.FloatField(default=0)
+    live_ttft_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "tenant", "alias", "version", "shadow_version"],
+                name="one_shadow_minute",
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "alias", "minute"], name="shadow_alias_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.minute:%Y-%m-%d %H:%M} {self.alias} shadow {self.shadow_version}"
+
+
 class CacheMinute(models.Model):
     """A node's adapter cache per minute and tenant: evictions from the engine (L2) and from
     disk (L3), and the most versions held in the device slots (hot) and the engine (warm).

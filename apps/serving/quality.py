@@ -17,8 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+from rapidfuzz.distance import Levenshtein
 
 FINISH_REASONS = ("stop", "length", "error")
+
+
+def similarity(a: str, b: str) -> float:
+    """1 - the normalised edit distance between two answers' words (rapidfuzz): 1.0 for
+    identical answers, 0.0 for answers with no word in place in common."""
+    if not a and not b:
+        return 1.0
+    return float(Levenshtein.normalized_similarity(a.split(), b.split()))
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def act_on_alias(*, tenant_slug: str, alias: str, verb: str, tier: str, actor) -
     snapshot = load_alias_snapshot(tenant_id=found.tenant_id, name=alias) if found else None
     if found is None or snapshot is None:
         raise NotFound(f"tenant '{tenant_slug}' has no alias '{alias}': check both names")
-    versions = [snapshot.stable] + ([snapshot.canary] if snapshot.canary else [])
+    versions = [snapshot.stable] + [v for v in (snapshot.canary, snapshot.shadow) if v]
     if settings.LORAHUB_ROUTER_INTERNAL_URL:
         prefixes = list(
             ApiKey.objects.active().filter(tenant=found.tenant).values_list("prefix", flat=True)

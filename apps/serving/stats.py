@@ -21,7 +21,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from apps.serving.histograms import bucket_of
-from apps.serving.models import CacheMinute, RequestLog, RequestMinute, RequestRollup
+from apps.serving.models import (
+    CacheMinute,
+    RequestLog,
+    RequestMinute,
+    RequestRollup,
+    ShadowMinute,
+)
 from apps.serving.quality import FINISH_REASONS
 from apps.tenants.models import Tenant
 
@@ -53,6 +59,66 @@ class RequestRecord:
     json_matches: bool | None = None  # None: no schema
     refused: bool = False
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class ShadowRecord:
+    """One mirrored request: dropped (``outcome`` ``dropped_busy``/``dropped_budget``), failed
+    on the shadow (``error``), or answered and compared with the live answer."""
+
+    tenant_id: int | None
+    alias: str
+    version: str
+    shadow_version: str
+    outcome: str  # compared, error, dropped_busy, dropped_budget
+    exact: bool = False
+    similarity: float = 0.0
+    length_ratio: float = 0.0
+    finish_agree: bool = False
+    json_agree: bool | None = None  # None: the request did not ask for JSON
+    ttft_ms: float | None = None
+    live_ttft_ms: float | None = None
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+SHADOW_OUTCOMES = ("compared", "error", "dropped_busy", "dropped_budget")
+
+
+def write_shadow_records(records: list[ShadowRecord]) -> None:
+    """Add mirrored requests to their (minute, alias, version, shadow version) rows."""
+    rows: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in records:
+        minute = r.at.replace(second=0, microsecond=0)
+        row = rows[(minute, r.tenant_id, r.alias, r.version, r.shadow_version)]
+        if r.outcome in ("dropped_busy", "dropped_budget"):
+            row[r.outcome] += 1
+            continue
+        row["mirrored"] += 1
+        if r.outcome == "error":
+            row["errors"] += 1
+        else:
+            row["compared"] += 1
+            row["exact"] += 1 if r.exact else 0
+            row["similarity_sum"] += r.similarity
+            row["length_ratio_sum"] += r.length_ratio
+            row["finish_agree"] += 1 if r.finish_agree else 0
+            if r.json_agree is not None:
+                row["json_compared"] += 1
+                row["json_agree"] += 1 if r.json_agree else 0
+        if r.ttft_ms is not None:
+            row["ttft_ms_sum"] += r.ttft_ms
+            row["ttft_count"] += 1
+            row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
+        if r.live_ttft_ms is not None:
+            row["live_ttft_ms_sum"] += r.live_ttft_ms
+            row["live_ttft_count"] += 1
+    names = ("minute", "tenant_id", "alias", "version", "shadow_version")
+    ids = {key[1] for key in rows if key[1] is not None}
+    known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
+    with transaction.atomic():
+        for key, sums in rows.items():
+            if key[1] is None or key[1] in known:  # a tenant deleted since: its rows go
+                _add(ShadowMinute, dict(zip(names, key, strict=True)), sums)
 
 
 def merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
@@ -275,4 +341,5 @@ def purge_old_statistics() -> tuple[int, int]:
     rollups, _ = RequestMinute.objects.filter(minute__lt=horizon).delete()
     RequestRollup.objects.filter(start__lt=horizon).delete()
     CacheMinute.objects.filter(minute__lt=horizon).delete()
+    ShadowMinute.objects.filter(minute__lt=horizon).delete()
     return logs, rollups

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from apps.serving import demo_corpus as corpus
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
-from tests.evaluations.test_sets import jsonl, upload
+from tests.evaluations.test_sets import jsonl, thank_you_cases, upload
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.browser
@@ -21,15 +20,7 @@ def test_a_tenant_evaluates_a_new_version_against_the_stable_from_its_page(
     client.put(
         "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
     )
-    cases = [
-        {
-            "id": f"q{i}",
-            "prompt": corpus.completion_prompt(question),
-            "params": {"max_tokens": 12},
-            "expect": {"contains": "Thank you"},
-        }
-        for i, question in enumerate(corpus.UNSEEN_PROMPTS[:2])
-    ]
+    cases = thank_you_cases(2)
     assert upload(client, jsonl(*cases), name="helpdesk").status_code == 201
 
     sign_in(page, "alice")

@@ -8,6 +8,7 @@ import pytest
 from apps.evaluations import services
 from apps.evaluations.cases import Case
 from apps.evaluations.models import EvaluationCaseResult, EvaluationRun
+from apps.serving import quality
 from tests.evaluations.test_sets import GOOD, jsonl, upload
 from tests.helpers import key_client, user_client
 
@@ -71,7 +72,7 @@ def test_the_run_page_shows_the_summary_and_the_changed_words(
         baseline_checks={"contains": True},
         candidate_checks={"contains": False},
         baseline_passed=True,
-        similarity=services.similarity(
+        similarity=quality.similarity(
             "Thank you for contacting support.", "Hello from the helpdesk team!"
         ),
     )

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from apps.serving import demo_corpus as corpus
-from tests.evaluations.test_sets import jsonl, upload
+from tests.evaluations.test_sets import jsonl, thank_you_cases, upload
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.engine
@@ -34,15 +34,7 @@ def test_a_new_version_that_answers_differently_fails_the_set_and_the_same_weigh
     client.put(
         "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
     )
-    cases = [
-        {
-            "id": f"q{i}",
-            "prompt": corpus.completion_prompt(question),
-            "params": {"max_tokens": 12},
-            "expect": {"contains": "Thank you"},
-        }
-        for i, question in enumerate(corpus.UNSEEN_PROMPTS[:3])
-    ]
+    cases = thank_you_cases(3)
     revision = upload(client, jsonl(*cases)).json()
 
     def evaluate(candidate: str) -> dict:

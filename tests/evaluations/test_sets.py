@@ -21,6 +21,23 @@ GOOD = [
 ]
 
 
+def thank_you_cases(count: int) -> list[dict]:
+    """Demo prompts whose set expects support-v1's phrase ("Thank you for contacting
+    support."): support-v1's weights pass, support-v2's ("Hello from the helpdesk team!")
+    fail."""
+    from apps.serving import demo_corpus as corpus
+
+    return [
+        {
+            "id": f"q{i}",
+            "prompt": corpus.completion_prompt(question),
+            "params": {"max_tokens": 12},
+            "expect": {"contains": "Thank you"},
+        }
+        for i, question in enumerate(corpus.UNSEEN_PROMPTS[:count])
+    ]
+
+
 def jsonl(*cases) -> bytes:
     return "\n".join(c if isinstance(c, str) else json.dumps(c) for c in cases).encode()
 

@@ -28,28 +28,6 @@ PROMPT = corpus.completion_prompt(QUESTION)
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 
 
-@pytest.fixture
-def world(node_url, published, tenant_a, tenant_b):
-    """Tenant A's alias `support` → v1 (support-v1's weights), v2 = support-v2's weights."""
-    _, a_key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)
-    _, b_key = tenant_services.issue_api_key(tenant=tenant_b, name="app", actor=None)
-    control = Client(HTTP_AUTHORIZATION=f"Bearer {a_key}")
-    assert (
-        control.put(
-            "/api/aliases/support", {"version_id": published["v1"]}, content_type="application/json"
-        ).status_code
-        == 200
-    )
-    return {
-        "url": node_url,
-        "a": openai.OpenAI(base_url=f"{node_url}/v1", api_key=a_key, max_retries=0),
-        "b": openai.OpenAI(base_url=f"{node_url}/v1", api_key=b_key, max_retries=0),
-        "a_key": a_key,
-        "control": control,
-        "versions": published,
-    }
-
-
 def complete(client, model="support", user=None, prompt=PROMPT):
     raw = client.completions.with_raw_response.create(
         model=model, prompt=prompt, max_tokens=12, temperature=0, user=user or openai.NOT_GIVEN

@@ -289,3 +289,21 @@ def replay(report: dict) -> dict[str, Figure]:
             ),
         }
     return figures
+
+
+def shadow(minutes: list[dict], since: str, until: str) -> Figure:
+    """The shadow's agreement with the live answers per minute since it was set: the share
+    of identical answers and the mean similarity."""
+    t = [m["t"] for m in minutes]
+    return {
+        "data": [
+            _line(t, [m["agreement"] for m in minutes], "identical answers", marker={"size": 5}),
+            _line(t, [m["similarity"] for m in minutes], "mean similarity", marker={"size": 5}),
+        ],
+        "layout": _layout(
+            "Shadow against live, per minute",
+            "share",
+            yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
+            xaxis={"type": "date", "range": [since, until]},
+        ),
+    }

@@ -18,7 +18,7 @@ from django.db.models import Max, Q, Sum
 from apps.registry.choices import AliasAction
 from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
-from apps.serving.models import CacheMinute, RequestMinute, RequestRollup
+from apps.serving.models import CacheMinute, RequestMinute, RequestRollup, ShadowMinute
 from apps.tenants.models import Tenant
 
 
@@ -288,4 +288,76 @@ def canary_evidence(alias: Alias) -> dict | None:
         "since": since,
         "stable": by_version.get(alias.version.version, empty),
         "canary": by_version.get(canary.version, empty),
+    }
+
+
+SHADOW_COUNTS = (
+    "mirrored",
+    "compared",
+    "errors",
+    "dropped_busy",
+    "dropped_budget",
+    "exact",
+    "similarity_sum",
+    "length_ratio_sum",
+    "finish_agree",
+    "json_compared",
+    "json_agree",
+    "ttft_ms_sum",
+    "ttft_count",
+    "live_ttft_ms_sum",
+    "live_ttft_count",
+)
+
+
+def _shadow_summary(row: dict) -> dict:
+    def ratio(a: str, b: str) -> float | None:
+        return (row.get(a) or 0) / row[b] if row.get(b) else None
+
+    return {
+        "mirrored": int(row.get("mirrored") or 0),
+        "compared": int(row.get("compared") or 0),
+        "errors": int(row.get("errors") or 0),
+        "dropped_busy": int(row.get("dropped_busy") or 0),
+        "dropped_budget": int(row.get("dropped_budget") or 0),
+        "agreement": ratio("exact", "compared"),
+        "similarity": ratio("similarity_sum", "compared"),
+        "length_ratio": ratio("length_ratio_sum", "compared"),
+        "finish_agreement": ratio("finish_agree", "compared"),
+        "json_agreement": ratio("json_agree", "json_compared"),
+        "error_rate": ratio("errors", "mirrored"),
+        "ttft_ms": ratio("ttft_ms_sum", "ttft_count"),
+        "live_ttft_ms": ratio("live_ttft_ms_sum", "live_ttft_count"),
+    }
+
+
+def shadow_evidence(alias: Alias) -> dict | None:
+    """The alias's shadow since it was set: copies mirrored and dropped (by reason), how the
+    shadow's answers agreed with the live ones, its errors and TTFT against the live TTFT,
+    in total and per minute (agreement and similarity over time)."""
+    shadow = alias.shadow_version
+    if shadow is None:
+        return None
+    started = (
+        AliasEvent.objects.filter(alias=alias, action=AliasAction.SHADOW)
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    since = (started or alias.updated_at).replace(second=0, microsecond=0)
+    rows = ShadowMinute.objects.filter(
+        tenant_id=alias.tenant_id,
+        alias=alias.name,
+        shadow_version=shadow.version,
+        minute__gte=since,
+    )
+    sums = {name: Sum(name) for name in SHADOW_COUNTS}
+    per_minute = [
+        {"t": _aware(row["minute"]).isoformat(), **_shadow_summary(dict(row))}
+        for row in rows.values("minute").annotate(**sums).order_by("minute")
+    ]
+    return {
+        "since": since,
+        "totals": _shadow_summary(rows.aggregate(**sums)),
+        "minutes": per_minute,
     }

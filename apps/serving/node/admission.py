@@ -38,6 +38,10 @@ class RateLimiter:
         return True
 
 
+class NoSpareSlot(Exception):
+    """Every generation slot is taken or a caller is waiting for one."""
+
+
 class Ticket:
     """One request's place in the queue, then its generation slot."""
 
@@ -72,6 +76,7 @@ class Admission:
         max_queue: int,
         on_overloaded: Callable[[], None] = lambda: None,
     ) -> None:
+        self.max_concurrent = max_concurrent
         self._slots = asyncio.Semaphore(max_concurrent)
         self.max_queue = max_queue
         self.waiting = 0  # requests admitted and waiting for a slot or a load
@@ -88,6 +93,18 @@ class Admission:
                 code="rate_limited",
                 retry_after=2,
             )
+
+    @contextlib.asynccontextmanager
+    async def spare_slot(self) -> AsyncIterator[None]:
+        """A generation slot for work that must never make a caller wait (shadow copies):
+        taken only when one is free and nobody is queued, else ``NoSpareSlot`` at once."""
+        if self.waiting > 0 or self._slots.locked():
+            raise NoSpareSlot
+        await self._slots.acquire()  # free: returns without yielding to another request
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     @contextlib.contextmanager
     def queue(self) -> Iterator[Ticket]:

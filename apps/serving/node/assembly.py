@@ -41,6 +41,7 @@ from apps.serving.node.lookups import Lookups
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.prewarm import Prewarm
 from apps.serving.node.requests import RequestPath
+from apps.serving.node.shadow import Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
@@ -101,6 +102,14 @@ class Node:
             config=self.config,
             metrics=metrics,
             stats=stats,
+        )
+        self.requests.shadows = Shadows(
+            admission=self.admission,
+            answer=self.requests.answer_shadow,
+            stats=stats,
+            metrics=metrics,
+            background=self.background,
+            budget_share=settings.LORAHUB_SHADOW_BUDGET_PERCENT / 100,
         )
         self.internal = InternalApi(
             engine=self.engine,

@@ -119,10 +119,10 @@ class ChangeFollower:
     async def follow_alias(self, change: dict, previous) -> None:
         """Prepare the cache for an alias move before traffic follows it.
 
-        A new canary is landed on disk (L3: the download and full verification, the slow
-        part) so its first requests do not pay for them. A version the alias no longer uses
-        (rolled back, replaced) leaves the engine's slots; its disk copy stays for a quick
-        return.
+        A new canary or shadow version is landed on disk (L3: the download and full
+        verification, the slow part) so its first requests do not pay for them. A version
+        the alias no longer uses (rolled back, replaced) leaves the engine's slots; its disk
+        copy stays for a quick return.
         """
         try:
             current = await offload.run(
@@ -133,14 +133,16 @@ class ChangeFollower:
             if current is None:
                 return
             in_use = {current.stable.version_id}
-            if current.canary is not None:
-                in_use.add(current.canary.version_id)
-                if current.canary.servable and await self.trust.signature_ok(current.canary):
-                    await offload.run(self.cache.land, current.canary)
+            for coming in (current.canary, current.shadow):
+                if coming is None:
+                    continue
+                in_use.add(coming.version_id)
+                if coming.servable and await self.trust.signature_ok(coming):
+                    await offload.run(self.cache.land, coming)
             for version_id in in_use:  # e.g. rolled back to: no longer on its way out
                 self.cache.deprecate(version_id, False)
             if previous is not None:
-                for old in (previous.stable, previous.canary):
+                for old in (previous.stable, previous.canary, previous.shadow):
                     if old is not None and old.version_id not in in_use:
                         self.background.spawn(self.demote(old.version_id))
         except Exception:

@@ -260,6 +260,8 @@ class InternalApi:
                 "canary": canary.label if canary else None,
                 "canary_version_id": canary.version_id if canary else None,
                 "canary_percent": snapshot.canary_percent if canary else 0,
+                "shadow": snapshot.shadow.label if snapshot.shadow else None,
+                "shadow_percent": snapshot.shadow_percent if snapshot.shadow else 0,
             }
         )
 

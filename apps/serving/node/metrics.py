@@ -85,6 +85,13 @@ class NodeMetrics:
             ["tenant", "adapter", "marker"],
             registry=r,
         )
+        self.shadow_requests = Counter(
+            "shadow_requests",
+            "Copies of alias requests for their shadow version, by outcome: compared, error "
+            "(the shadow failed; the caller did not), dropped_busy, dropped_budget",
+            ["outcome"],
+            registry=r,
+        )
         self.degraded = Counter(
             "adapter_degraded",
             "Requests answered by the base model because an adapter could not be loaded in time",

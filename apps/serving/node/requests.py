@@ -46,6 +46,7 @@ from apps.serving.node.engine import (
 )
 from apps.serving.node.lookups import UNKNOWN, Caller, Lookups
 from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.shadow import Answer, Mirrored, Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
@@ -84,6 +85,10 @@ class RequestTrace:
     refused: bool = False  # vLLM refused the request itself
     generating: bool = False  # handed to the engine
     counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
+    shadow: ResolvedVersion | None = None  # the alias's shadow gets a copy of this request
+    body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy
+    chat: bool = False
+    texts: list[str] = field(default_factory=list)  # the answer's, when kept (JSON, shadow)
 
     def headers(self) -> dict[str, str]:
         if self.resolved is not None:
@@ -183,6 +188,7 @@ class RequestPath:
         self.engine, self.lookups, self.trust = engine, lookups, trust
         self.admission, self.cache, self.config = admission, cache, config
         self.metrics, self.stats = metrics, stats
+        self.shadows: Shadows | None = None  # set by the assembly: it answers through here
 
     # --- steps 1-3 -------------------------------------------------------------------------
 
@@ -243,6 +249,7 @@ class RequestPath:
                     code="model_not_found",
                 )
             trace.resolved = snapshot.choose(request_key, caller.key_prefix)
+            trace.shadow = snapshot.mirror(request_key)
             await self.trust.admit(trace.resolved)
         self.admission.check_rate(
             tenant_id=caller.tenant_id,
@@ -410,6 +417,7 @@ class RequestPath:
                 body = await parse()
                 model = body["model"]
                 trace.json = quality.json_wanted(body)
+                trace.body, trace.chat = body, chat
                 if not self.engine.is_ready:
                     raise EngineNotReady(self.engine.info().state)
                 engine_request = await self.engine.openai_request(chat=chat, body=body)
@@ -426,7 +434,7 @@ class RequestPath:
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),
                     on_last_token=lambda: self.finishing(trace),
-                    keep_text=trace.json is not None,
+                    keep_text=trace.json is not None or trace.shadow is not None,
                 )
                 trace.generating = True
                 result = await self._generate(request, engine_request, handle, model, generation)
@@ -488,6 +496,8 @@ class RequestPath:
         trace.completion_tokens = generation.completion_tokens
         trace.finish_reason = generation.finish_reason
         trace.empty_output = generation.empty_output
+        if generation.keep_text:
+            trace.texts = generation.texts()
         if trace.json is not None and generation.finish_reasons:
             verdict = quality.judge_json(generation.texts(), trace.json)
             trace.json_valid, trace.json_matches = verdict.valid, verdict.matches
@@ -614,6 +624,65 @@ class RequestPath:
                 json_matches=trace.json_matches,
                 refused=trace.refused,
             )
+        )
+        if trace.shadow is not None and status == 200 and self.shadows is not None:
+            self.shadows.offer(self._mirrored(trace))
+
+    def _mirrored(self, trace: RequestTrace) -> Mirrored:
+        assert trace.caller is not None and trace.resolved is not None and trace.shadow
+        return Mirrored(
+            caller=trace.caller,
+            shadow=trace.shadow,
+            alias=trace.alias,
+            live_version=trace.resolved.version,
+            chat=trace.chat,
+            body=trace.body,
+            live=Answer(
+                texts=trace.texts,
+                finish_reason=trace.finish_reason,
+                json_valid=trace.json_valid,
+                ttft_ms=trace.ttft_ms,
+            ),
+        )
+
+    async def answer_shadow(self, mirrored: Mirrored) -> Answer:
+        """The shadow version's answer to a caller's request, on spare capacity only: a
+        generation slot is taken only if one is free and nobody waits (else ``NoSpareSlot``);
+        a shadow that cannot load, or is refused by trust, raises. Never counted in the
+        tenant's statistics."""
+        shadow = mirrored.shadow
+        trace = RequestTrace(caller=mirrored.caller, resolved=shadow, counted=False)
+        copy = {k: v for k, v in mirrored.body.items() if k != "stream_options"}
+        raw = json.dumps({**copy, "model": shadow.label, "stream": False}).encode()
+        body = oai.parse(raw, chat=mirrored.chat)
+        trace.json = quality.json_wanted(body)
+        if not self.engine.is_ready:
+            raise EngineNotReady(self.engine.info().state)
+        await self.trust.admit(shadow)
+        engine_request = await self.engine.openai_request(chat=mirrored.chat, body=body)
+        try:
+            handle = await self.place(trace)
+            if handle is None:  # the load missed its deadline and the base model would answer
+                raise oai.ApiError(503, f"{shadow.label} did not load in time", code="degraded")
+            async with self.admission.spare_slot():
+                await self.cache.enter_engine(handle.lora_id)
+                trace.active = True
+                generation = Generation(
+                    on_finished=lambda: self.leave_engine(trace),
+                    on_last_token=lambda: self.finishing(trace),
+                    keep_text=True,
+                )
+                await self.engine.openai(
+                    engine_request, adapter=handle, model_name=shadow.label, generation=generation
+                )
+                self._observe(trace, generation)
+        finally:
+            self.let_go(trace)
+        return Answer(
+            texts=trace.texts,
+            finish_reason=trace.finish_reason,
+            json_valid=trace.json_valid,
+            ttft_ms=trace.ttft_ms,
         )
 
     def _error(self, exc: oai.ApiError, trace: RequestTrace) -> Response:

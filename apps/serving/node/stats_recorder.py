@@ -23,10 +23,12 @@ from django.db import close_old_connections
 
 from apps.serving.stats import (
     RequestRecord,
+    ShadowRecord,
     merge_cache_row,
     purge_old_statistics,
     write_cache_minutes,
     write_records,
+    write_shadow_records,
 )
 
 logger = logging.getLogger(__name__)
@@ -49,6 +51,8 @@ class StatsRecorder:
         self._last_purge = 0.0
         # what a failed write took off the queue: first in line for the next one
         self._unwritten: list[RequestRecord] = []
+        self._shadow_lock = threading.Lock()
+        self._shadows: list[ShadowRecord] = []  # at most QUEUE_SIZE; more are dropped
 
     def record(self, rec: RequestRecord) -> None:
         """Never blocks: a full queue drops the record."""
@@ -57,6 +61,15 @@ class StatsRecorder:
         except queue.Full:
             if self._on_drop:
                 self._on_drop()
+
+    def record_shadow(self, rec: ShadowRecord) -> None:
+        """A mirrored request's outcome. Never blocks; beyond QUEUE_SIZE waiting, dropped."""
+        with self._shadow_lock:
+            if len(self._shadows) < QUEUE_SIZE:
+                self._shadows.append(rec)
+                return
+        if self._on_drop:
+            self._on_drop()
 
     def _cache_row(self, tenant_id: int | None) -> dict[str, int]:
         minute = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -138,6 +151,15 @@ class StatsRecorder:
                 write_records(self.node, batch)
             except Exception:
                 self._unwritten = batch
+                raise
+        with self._shadow_lock:
+            shadows, self._shadows = self._shadows, []
+        if shadows:
+            try:
+                write_shadow_records(shadows)
+            except Exception:
+                with self._shadow_lock:
+                    self._shadows[:0] = shadows
                 raise
         with self._cache_lock:
             cache, self._cache = self._cache, {}

@@ -1,0 +1,110 @@
+"""Shadow traffic on a real node (vLLM on the demo model): a share of an alias's requests is
+copied to its shadow version off the response path; callers only ever get the live answer."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+
+from apps.registry.aliases import canary_bucket
+from apps.registry.models import AdapterVersion, Alias
+from apps.serving.models import ShadowMinute
+from tests.helpers import node_metric
+from tests.serving.test_node_api import V1, complete, internal
+
+pytestmark = pytest.mark.engine
+
+
+def set_shadow(world, version: str | None, percent: int = 0):
+    answer = world["control"].post(
+        "/api/aliases/support/shadow",
+        {"version_id": world["versions"][version] if version else None, "percent": percent},
+        content_type="application/json",
+    )
+    assert answer.status_code == 200, answer.content
+    deadline = time.monotonic() + 5  # the node follows within a second
+    while internal(world, "alias?tenant=tenant-a&alias=support").json()["shadow_percent"] != (
+        percent if version else 0
+    ):
+        assert time.monotonic() < deadline, "the node did not follow the shadow"
+        time.sleep(0.05)
+
+
+def shadow_totals(wanted: int, seconds: float = 30) -> dict[str, int]:
+    """The shadow rows' counts once ``wanted`` copies are accounted for (written every 2 s,
+    after each copy has run)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        rows = list(ShadowMinute.objects.all())
+        totals = {
+            name: sum(getattr(r, name) for r in rows)
+            for name in (
+                "mirrored",
+                "compared",
+                "errors",
+                "exact",
+                "dropped_busy",
+                "dropped_budget",
+            )
+        }
+        totals["similarity_sum"] = sum(r.similarity_sum for r in rows)
+        if totals["mirrored"] + totals["dropped_busy"] + totals["dropped_budget"] >= wanted:
+            return totals
+        assert time.monotonic() < deadline, f"only {totals} of {wanted} copies recorded"
+        time.sleep(0.25)
+
+
+def test_half_the_requests_are_mirrored_and_callers_only_get_the_stable_answer(world):
+    set_shadow(world, "v2", 50)  # support-v2's weights answer "Hello from the helpdesk team!"
+    alias = Alias.objects.get(name="support")
+    keys = [f"user-{i}" for i in range(16)]
+    mirrored = [k for k in keys if canary_bucket(alias.pk, -world["versions"]["v2"], k) < 50 * 100]
+    assert 4 <= len(mirrored) <= 12  # about half
+    before = node_metric(world["url"], "shadow_requests_total", outcome="compared")
+    for key in keys:
+        text, headers = complete(world["a"], user=key)
+        assert text.startswith(V1) and headers["x-lorahub-adapter"] == "support@v1"
+        time.sleep(0.3)  # one at a time: the copies run on spare capacity
+    totals = shadow_totals(len(mirrored))
+    assert totals["mirrored"] + totals["dropped_busy"] + totals["dropped_budget"] == len(mirrored)
+    assert totals["compared"] >= 1 and totals["errors"] == 0
+    assert totals["exact"] == 0  # v2 answers otherwise
+    assert totals["similarity_sum"] / totals["compared"] < 0.3
+    assert (
+        node_metric(world["url"], "shadow_requests_total", outcome="compared")
+        == before + totals["compared"]
+    )
+    [row] = ShadowMinute.objects.all() or [None]
+    assert (row.version, row.shadow_version) == ("v1", "v2")
+    set_shadow(world, None)
+    assert AdapterVersion.objects.get(pk=world["versions"]["v2"]).state == "approved"
+
+
+def test_a_shadow_that_cannot_load_fails_alone_and_copies_are_dropped_when_the_node_is_busy(
+    world,
+):
+    from apps.registry.storage import get_store
+
+    v3 = AdapterVersion.objects.get(pk=world["versions"]["v3"])
+    store = get_store()
+    key = f"{v3.storage_prefix}/adapter_model.safetensors"
+    data = bytearray(store.get(key))
+    data[-1] ^= 0x01
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=bytes(data))  # bad bytes
+    set_shadow(world, "v3", 100)
+    for i in range(4):
+        text, _ = complete(world["a"], user=f"q-{i}")
+        assert text.startswith(V1)  # the caller never sees the shadow's failure
+        time.sleep(0.5)
+    totals = shadow_totals(4)
+    assert totals["errors"] >= 1 and totals["compared"] == 0
+
+    # a burst: callers queue for generation slots, so copies are dropped, not run
+    ShadowMinute.objects.all().delete()
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda i: complete(world["a"], user=f"b-{i}")[0], range(12)))
+    assert all(a.startswith(V1) for a in answers)
+    totals = shadow_totals(12)
+    assert totals["dropped_busy"] + totals["dropped_budget"] >= 1
