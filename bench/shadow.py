@@ -115,6 +115,10 @@ def main() -> None:
 
     settings.LORAHUB_INTERNAL_TOKEN = env["LORAHUB_INTERNAL_TOKEN"]
     from apps.serving import demo_corpus as corpus
+    from apps.tenants.models import Quota
+
+    # the benchmark's load, not the tenant's request rate, is what is measured
+    Quota.objects.filter(tenant__slug="acme").update(requests_per_minute=1_000_000)
 
     prompts = [corpus.completion_prompt(q) for q in corpus.UNSEEN_PROMPTS]
     proc, url = start_node(env)

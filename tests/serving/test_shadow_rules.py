@@ -14,7 +14,7 @@ from apps.registry.aliases import load_alias_snapshot
 from apps.registry.models import AliasEvent
 from apps.serving.console.dashboards import shadow_evidence
 from apps.serving.models import ShadowMinute
-from apps.serving.node.admission import Admission
+from apps.serving.node.admission import Admission, NoSpareSlot
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.shadow import Answer, Mirrored, Shadows, compare
@@ -222,3 +222,29 @@ def test_copies_are_counted_per_minute_and_shown_since_the_shadow_was_set(
     assert totals["error_rate"] == pytest.approx(1 / 3)
     assert (totals["ttft_ms"], totals["live_ttft_ms"]) == (30.0, 10.0)
     assert len(evidence["minutes"]) == 1
+
+
+def test_a_copy_takes_a_slot_only_with_room_to_spare_for_callers():
+    async def scenario() -> list[bool]:
+        admission = Admission(max_concurrent=4, max_queue=4)
+        taken = []
+
+        async def try_copy() -> bool:
+            try:
+                async with admission.spare_slot(headroom=1):
+                    return True
+            except NoSpareSlot:
+                return False
+
+        taken.append(await try_copy())  # idle: yes
+        with admission.queue() as ticket:
+            # two callers generating (one ticket's slot taken twice stands for them)
+            async with ticket.slot(), ticket.slot():
+                taken.append(await try_copy())  # 2 + 1 + 1 spare = 4: yes
+                async with ticket.slot():
+                    taken.append(await try_copy())  # 3 + 1 + 1 > 4: no
+        admission.waiting = 1
+        taken.append(await try_copy())  # a caller waits: no
+        return taken
+
+    assert asyncio.run(scenario()) == [True, True, False, False]

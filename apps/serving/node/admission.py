@@ -62,9 +62,11 @@ class Ticket:
         await self._admission._slots.acquire()
         self.waited_ms = (time.perf_counter() - started) * 1000
         self._leave_queue()
+        self._admission.in_use += 1
         try:
             yield
         finally:
+            self._admission.in_use -= 1
             self._admission._slots.release()
 
 
@@ -77,6 +79,7 @@ class Admission:
         on_overloaded: Callable[[], None] = lambda: None,
     ) -> None:
         self.max_concurrent = max_concurrent
+        self.in_use = 0  # generation slots taken
         self._slots = asyncio.Semaphore(max_concurrent)
         self.max_queue = max_queue
         self.waiting = 0  # requests admitted and waiting for a slot or a load
@@ -95,15 +98,19 @@ class Admission:
             )
 
     @contextlib.asynccontextmanager
-    async def spare_slot(self) -> AsyncIterator[None]:
+    async def spare_slot(self, headroom: int) -> AsyncIterator[None]:
         """A generation slot for work that must never make a caller wait (shadow copies):
-        taken only when one is free and nobody is queued, else ``NoSpareSlot`` at once."""
-        if self.waiting > 0 or self._slots.locked():
+        taken only when nobody is queued and ``headroom`` more slots than this one stay free
+        for callers arriving meanwhile, else ``NoSpareSlot`` at once. On a saturated CPU every
+        sequence in the engine's batch slows the others, so spare means well under capacity."""
+        if self.waiting > 0 or self.in_use + 1 + headroom > self.max_concurrent:
             raise NoSpareSlot
         await self._slots.acquire()  # free: returns without yielding to another request
+        self.in_use += 1
         try:
             yield
         finally:
+            self.in_use -= 1
             self._slots.release()
 
     @contextlib.contextmanager

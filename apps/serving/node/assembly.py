@@ -111,6 +111,11 @@ class Node:
             background=self.background,
             budget_share=settings.LORAHUB_SHADOW_BUDGET_PERCENT / 100,
         )
+        # a copy runs only while callers hold at most half the generation slots: measured on
+        # the CPU engine (bench/shadow.py), copies beside a busier batch slowed callers' p95
+        self.requests.shadow_headroom = max(
+            self.requests.shadows.budget, self.admission.max_concurrent // 2
+        )
         self.internal = InternalApi(
             engine=self.engine,
             lookups=self.lookups,

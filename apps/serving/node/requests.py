@@ -189,6 +189,7 @@ class RequestPath:
         self.admission, self.cache, self.config = admission, cache, config
         self.metrics, self.stats = metrics, stats
         self.shadows: Shadows | None = None  # set by the assembly: it answers through here
+        self.shadow_headroom = 0  # slots a shadow copy leaves free for callers (its budget)
 
     # --- steps 1-3 -------------------------------------------------------------------------
 
@@ -664,7 +665,7 @@ class RequestPath:
             handle = await self.place(trace)
             if handle is None:  # the load missed its deadline and the base model would answer
                 raise oai.ApiError(503, f"{shadow.label} did not load in time", code="degraded")
-            async with self.admission.spare_slot():
+            async with self.admission.spare_slot(headroom=self.shadow_headroom):
                 await self.cache.enter_engine(handle.lora_id)
                 trace.active = True
                 generation = Generation(
