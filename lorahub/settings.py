@@ -374,6 +374,10 @@ LORAHUB_STATS_FLUSH_MS = env_int("LORAHUB_STATS_FLUSH_MS", 2000, minimum=100)
 # Shadow traffic: the share of a node's generation slots shadow copies may hold at once (at
 # least one); beyond it, and whenever a caller waits, copies are dropped and counted.
 LORAHUB_SHADOW_BUDGET_PERCENT = env_int("LORAHUB_SHADOW_BUDGET_PERCENT", 20, minimum=0)
+# How long a shadow's kept examples (prompts with both answers; only for aliases that ask) stay.
+LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS = env_int(
+    "LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS", 7, minimum=1
+)
 LORAHUB_REQUEST_LOG_RETENTION_DAYS = env_int("LORAHUB_REQUEST_LOG_RETENTION_DAYS", 7, minimum=1)
 LORAHUB_ROLLUP_RETENTION_DAYS = env_int("LORAHUB_ROLLUP_RETENTION_DAYS", 90, minimum=1)
 LORAHUB_NODE_NAME = env_str("LORAHUB_NODE_NAME", "node-1")

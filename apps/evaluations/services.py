@@ -255,6 +255,7 @@ def execute_run(run_id: int) -> EvaluationRun:
         run.save(update_fields=["node"])
         headers = {"Authorization": f"Bearer {settings.LORAHUB_INTERNAL_TOKEN}"}
         with httpx.Client(headers=headers, timeout=GENERATE_TIMEOUT_S) as client:
+            _warm(client, node, [run.candidate, run.baseline])
             for index, case in enumerate(cases):
                 _run_case(client, node, run, index, case)
                 run.cases_done = index + 1
@@ -269,6 +270,21 @@ def execute_run(run_id: int) -> EvaluationRun:
     run.state, run.finished_at = EvaluationRun.State.SUCCEEDED, datetime.now(UTC)
     run.save(update_fields=["summary", "state", "finished_at"])
     return run
+
+
+def _warm(client: httpx.Client, node: NodeClient, versions: list[AdapterVersion]) -> None:
+    """Load both versions into the node's engine first (``/internal/warm``, L2), so the first
+    cases do not measure a cold load. Best effort: a version that cannot load fails its
+    cases with the node's reason instead."""
+    for version in versions:
+        try:
+            answer = client.post(
+                f"{node.url}/internal/warm", json={"version_id": version.pk, "tier": "L2"}
+            )
+        except httpx.HTTPError as exc:
+            raise NodeAnswerError(f"node {node.name} did not answer: {exc}") from None
+        if answer.status_code != 200:
+            logger.info("could not warm %s on %s: %s", version.label, node.name, answer.text)
 
 
 def _run_case(

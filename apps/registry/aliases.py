@@ -67,6 +67,7 @@ def _snapshot(alias: Alias) -> dict[str, Any]:
         "canary_api_keys": list(alias.canary_api_keys),
         "shadow_version": alias.shadow_version.label if alias.shadow_version else None,
         "shadow_percent": alias.shadow_percent,
+        "shadow_keep_examples": alias.shadow_keep_examples,
     }
 
 
@@ -190,6 +191,7 @@ def _drop_shadow_if_stable(alias: Alias) -> None:
     """A shadow that became the stable version has nothing left to shadow."""
     if alias.shadow_version_id is not None and alias.shadow_version_id == alias.version_id:
         alias.shadow_version, alias.shadow_percent = None, 0
+        alias.shadow_keep_examples = False
 
 
 def _clear_canary_fields(alias: Alias) -> None:
@@ -256,10 +258,13 @@ def set_shadow(
     name: str,
     version_id: int | None,
     percent: int = 0,
+    keep_examples: bool = False,
     reason: str = "",
 ) -> Alias:
     """Mirror ``percent`` of the alias's requests (stable and canary alike) to a version, off
-    the response path: callers get the live answer; the shadow's is only compared.
+    the response path: callers get the live answer; the shadow's is only compared. With
+    ``keep_examples`` the nodes keep a bounded sample of prompts with both answers for the
+    alias page (``SHADOW_EXAMPLES`` per shadow version, for a week); without, none is stored.
     ``version_id=None`` clears the shadow."""
     _authorize(principal, tenant)
     alias = _locked_alias(tenant, name)
@@ -268,6 +273,7 @@ def set_shadow(
         if alias.shadow_version_id is None:
             return alias
         alias.shadow_version, alias.shadow_percent = None, 0
+        alias.shadow_keep_examples = False
         alias.save()
         _record(alias, AliasAction.CLEAR_SHADOW, principal, reason, before)
         return alias
@@ -278,6 +284,7 @@ def set_shadow(
     if version.pk == alias.version_id:
         raise Invalid(f"{version.label} is already the stable version of '{name}'")
     alias.shadow_version, alias.shadow_percent = version, percent
+    alias.shadow_keep_examples = keep_examples
     alias.save()
     _record(alias, AliasAction.SHADOW, principal, reason, before)
     return alias
@@ -370,6 +377,7 @@ class AliasSnapshot:
     canary_api_keys: frozenset[str]
     shadow: ResolvedVersion | None = None
     shadow_percent: int = 0
+    shadow_keep_examples: bool = False
 
     def mirror(self, request_key: str) -> ResolvedVersion | None:
         """The shadow version, for the share of request keys that get a copy mirrored to it
@@ -443,6 +451,7 @@ def _snapshot_of(alias: Alias) -> AliasSnapshot:
             else None
         ),
         shadow_percent=alias.shadow_percent,
+        shadow_keep_examples=alias.shadow_keep_examples,
     )
 
 

@@ -85,6 +85,7 @@ class CanaryIn(Schema):
 class ShadowIn(Schema):
     version_id: int | None
     percent: int = 0
+    keep_examples: bool = False
     reason: str = ""
 
 
@@ -118,6 +119,7 @@ class AliasOut(Schema):
     canary_api_keys: list[str]
     shadow_version: VersionRef | None
     shadow_percent: int
+    shadow_keep_examples: bool
     updated_at: datetime
     history: list[AliasEventOut]
 
@@ -195,6 +197,7 @@ def alias_out(alias: Alias) -> dict:
         "canary_api_keys": alias.canary_api_keys,
         "shadow_version": _ref(alias.shadow_version),
         "shadow_percent": alias.shadow_percent,
+        "shadow_keep_examples": alias.shadow_keep_examples,
         "updated_at": alias.updated_at,
         "history": [
             {
@@ -420,6 +423,7 @@ def shadow_alias(request: HttpRequest, name: str, body: ShadowIn, tenant: str | 
         name=name,
         version_id=body.version_id,
         percent=body.percent,
+        keep_examples=body.keep_examples,
         reason=body.reason,
     )
     return alias_out(_alias(request.auth, name, tenant))

@@ -220,6 +220,8 @@ class Alias(models.Model):
         AdapterVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     shadow_percent = models.PositiveSmallIntegerField(default=0)
+    # keep a bounded sample of (request, live answer, shadow answer) for the alias page
+    shadow_keep_examples = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

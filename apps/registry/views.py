@@ -338,6 +338,7 @@ def alias_action(request: HttpRequest, slug: str, name: str, action: str) -> Htt
                 name=name,
                 version_id=None if clear else _int(post.get("version_id"), "a shadow version"),
                 percent=0 if clear else _int(post.get("percent", "0"), "a percentage"),
+                keep_examples=post.get("keep_examples") == "1",
                 reason=reason,
             )
         elif action == "promote":

@@ -167,6 +167,30 @@ class ShadowMinute(models.Model):
         return f"{self.minute:%Y-%m-%d %H:%M} {self.alias} shadow {self.shadow_version}"
 
 
+class ShadowExample(models.Model):
+    """A request with its live and shadow answers, kept only for an alias whose shadow keeps
+    examples: the newest ``SHADOW_EXAMPLES`` per (alias, shadow version), for
+    ``LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS``; texts cut at ``EXAMPLE_CHARS``."""
+
+    at = models.DateTimeField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    alias = models.CharField(max_length=63)
+    version = models.CharField(max_length=64)
+    shadow_version = models.CharField(max_length=64)
+    request = models.TextField()  # the prompt, or the chat messages as JSON
+    live_output = models.TextField(blank=True)
+    shadow_output = models.TextField(blank=True)
+    similarity = models.FloatField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "alias", "shadow_version", "-at"], name="shadow_example")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.alias} shadow {self.shadow_version}"
+
+
 class CacheMinute(models.Model):
     """A node's adapter cache per minute and tenant: evictions from the engine (L2) and from
     disk (L3), and the most versions held in the device slots (hot) and the engine (warm).

@@ -26,6 +26,7 @@ from apps.serving.models import (
     RequestLog,
     RequestMinute,
     RequestRollup,
+    ShadowExample,
     ShadowMinute,
 )
 from apps.serving.quality import FINISH_REASONS
@@ -78,6 +79,8 @@ class ShadowRecord:
     json_agree: bool | None = None  # None: the request did not ask for JSON
     ttft_ms: float | None = None
     live_ttft_ms: float | None = None
+    # (request, live answer, shadow answer), for an alias whose shadow keeps examples
+    example: tuple[str, str, str] | None = None
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -119,6 +122,45 @@ def write_shadow_records(records: list[ShadowRecord]) -> None:
         for key, sums in rows.items():
             if key[1] is None or key[1] in known:  # a tenant deleted since: its rows go
                 _add(ShadowMinute, dict(zip(names, key, strict=True)), sums)
+        _keep_examples([r for r in records if r.example and r.tenant_id in known])
+
+
+SHADOW_EXAMPLES = 20  # kept per (alias, shadow version): the newest
+EXAMPLE_CHARS = 4000
+
+
+def _keep_examples(records: list[ShadowRecord]) -> None:
+    """Store the examples and trim each (alias, shadow version) to its newest
+    ``SHADOW_EXAMPLES``."""
+    records = [r for r in records if r.example and r.tenant_id is not None]
+    if not records:
+        return
+    ShadowExample.objects.bulk_create(
+        [
+            ShadowExample(
+                at=r.at,
+                tenant_id=r.tenant_id or 0,
+                alias=r.alias,
+                version=r.version,
+                shadow_version=r.shadow_version,
+                request=r.example[0][:EXAMPLE_CHARS],
+                live_output=r.example[1][:EXAMPLE_CHARS],
+                shadow_output=r.example[2][:EXAMPLE_CHARS],
+                similarity=r.similarity,
+            )
+            for r in records
+            if r.example
+        ]
+    )
+    for tenant_id, alias, shadow in {
+        (r.tenant_id or 0, r.alias, r.shadow_version) for r in records
+    }:
+        kept = ShadowExample.objects.filter(
+            tenant_id=tenant_id, alias=alias, shadow_version=shadow
+        ).order_by("-at", "-id")
+        stale = list(kept.values_list("id", flat=True)[SHADOW_EXAMPLES:])
+        if stale:
+            ShadowExample.objects.filter(id__in=stale).delete()
 
 
 def merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
@@ -342,4 +384,7 @@ def purge_old_statistics() -> tuple[int, int]:
     RequestRollup.objects.filter(start__lt=horizon).delete()
     CacheMinute.objects.filter(minute__lt=horizon).delete()
     ShadowMinute.objects.filter(minute__lt=horizon).delete()
+    ShadowExample.objects.filter(
+        at__lt=now - timedelta(days=settings.LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS)
+    ).delete()
     return logs, rollups

@@ -29,6 +29,7 @@ def test_a_tenant_sets_a_shadow_on_the_alias_page_and_watches_its_panel_fill(
     form = page.locator("#shadow-form")
     form.locator("select[name=version_id]").select_option(str(published["v2"]))
     form.locator("input[type=range]").fill("100")
+    form.locator("input[name=keep_examples]").check()
     form.get_by_role("button", name="Start shadow").click()
     expect(page.locator("#shadow-version")).to_have_text("v2")
     expect(page.locator("#shadow-percent")).to_have_text("100 %")
@@ -52,6 +53,7 @@ def test_a_tenant_sets_a_shadow_on_the_alias_page_and_watches_its_panel_fill(
     expect(page.locator("body")).to_have_attribute("data-shadow-drawn", "1")
     identical = page.evaluate("document.getElementById('chart-shadow').data[0].y")
     assert identical and all(v == 0 for v in identical if v is not None)  # v2 answers otherwise
+    expect(page.locator("#shadow-examples tbody tr").first).to_contain_text("Hello from")
     keep_for_docs(screenshot(page, "alias-shadow"))
     page.locator("#shadow-form").get_by_role("button", name="Clear shadow").click()
     expect(page.locator("#shadow-evidence")).to_have_count(0)

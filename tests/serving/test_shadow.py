@@ -10,17 +10,21 @@ import pytest
 
 from apps.registry.aliases import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
-from apps.serving.models import ShadowMinute
+from apps.serving.models import ShadowExample, ShadowMinute
 from tests.helpers import node_metric
-from tests.serving.test_node_api import V1, complete, internal
+from tests.serving.test_node_api import V1, V2, complete, internal
 
 pytestmark = pytest.mark.engine
 
 
-def set_shadow(world, version: str | None, percent: int = 0):
+def set_shadow(world, version: str | None, percent: int = 0, keep_examples: bool = False):
     answer = world["control"].post(
         "/api/aliases/support/shadow",
-        {"version_id": world["versions"][version] if version else None, "percent": percent},
+        {
+            "version_id": world["versions"][version] if version else None,
+            "percent": percent,
+            "keep_examples": keep_examples,
+        },
         content_type="application/json",
     )
     assert answer.status_code == 200, answer.content
@@ -57,7 +61,8 @@ def shadow_totals(wanted: int, seconds: float = 30) -> dict[str, int]:
 
 
 def test_half_the_requests_are_mirrored_and_callers_only_get_the_stable_answer(world):
-    set_shadow(world, "v2", 50)  # support-v2's weights answer "Hello from the helpdesk team!"
+    # support-v2's weights answer "Hello from the helpdesk team!"
+    set_shadow(world, "v2", 50, keep_examples=True)
     alias = Alias.objects.get(name="support")
     keys = [f"user-{i}" for i in range(16)]
     mirrored = [k for k in keys if canary_bucket(alias.pk, -world["versions"]["v2"], k) < 50 * 100]
@@ -78,6 +83,11 @@ def test_half_the_requests_are_mirrored_and_callers_only_get_the_stable_answer(w
     )
     [row] = ShadowMinute.objects.all() or [None]
     assert (row.version, row.shadow_version) == ("v1", "v2")
+    examples = list(ShadowExample.objects.all())  # kept: the alias asked for them
+    assert len(examples) == totals["compared"]
+    assert all(e.live_output.strip().startswith(V1) for e in examples)
+    assert all(e.shadow_output.strip().startswith(V2) for e in examples)
+    assert all(e.request for e in examples)  # the prompt
     set_shadow(world, None)
     assert AdapterVersion.objects.get(pk=world["versions"]["v2"]).state == "approved"
 

@@ -61,6 +61,7 @@ def test_the_rest_api_sets_and_shows_the_shadow(tenant_a, alias, support_version
     assert answer.status_code == 200, answer.content
     assert answer.json()["shadow_version"]["label"] == "support@v2"
     assert answer.json()["shadow_percent"] == 25
+    assert answer.json()["shadow_keep_examples"] is False  # nothing kept unless asked
     refused = client.post(
         "/api/aliases/support/shadow",
         {"version_id": support_versions["v2"], "percent": 101},
@@ -248,3 +249,35 @@ def test_a_copy_takes_a_slot_only_with_room_to_spare_for_callers():
         return taken
 
     assert asyncio.run(scenario()) == [True, True, False, False]
+
+
+def test_examples_are_kept_only_when_asked_the_newest_few_and_shown_with_their_changes(
+    alias, support_versions, tenant_a
+):
+    from datetime import timedelta
+
+    from apps.serving.models import ShadowExample
+    from apps.serving.stats import SHADOW_EXAMPLES
+
+    row = aliases.set_shadow(
+        **alias, version_id=support_versions["v2"], percent=50, keep_examples=True
+    )
+    start = datetime.now(UTC)
+    base = {"tenant_id": tenant_a.id, "alias": "support", "version": "v1", "shadow_version": "v2"}
+    write_shadow_records(
+        [
+            ShadowRecord(
+                **base,
+                outcome="compared",
+                at=start + timedelta(seconds=i),
+                example=(f"question {i}", "Thank you for contacting support.", "Hello there!"),
+            )
+            for i in range(SHADOW_EXAMPLES + 5)
+        ]
+        + [ShadowRecord(**base, outcome="compared", at=start)]  # one without: nothing kept
+    )
+    kept = list(ShadowExample.objects.order_by("-at").values_list("request", flat=True))
+    assert len(kept) == SHADOW_EXAMPLES and kept[0] == f"question {SHADOW_EXAMPLES + 4}"
+    [newest, *_] = shadow_evidence(row)["examples"]
+    assert ("del", "Thank you for contacting support.") in newest["live"]
+    assert ("ins", "Hello there!") in newest["shadow"]

@@ -18,7 +18,15 @@ from django.db.models import Max, Q, Sum
 from apps.registry.choices import AliasAction
 from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
-from apps.serving.models import CacheMinute, RequestMinute, RequestRollup, ShadowMinute
+from apps.serving.models import (
+    CacheMinute,
+    RequestMinute,
+    RequestRollup,
+    ShadowExample,
+    ShadowMinute,
+)
+from apps.serving.quality import side_by_side
+from apps.serving.stats import SHADOW_EXAMPLES
 from apps.tenants.models import Tenant
 
 
@@ -356,7 +364,14 @@ def shadow_evidence(alias: Alias) -> dict | None:
         {"t": _aware(row["minute"]).isoformat(), **_shadow_summary(dict(row))}
         for row in rows.values("minute").annotate(**sums).order_by("minute")
     ]
+    examples = []
+    for example in ShadowExample.objects.filter(
+        tenant_id=alias.tenant_id, alias=alias.name, shadow_version=shadow.version
+    ).order_by("-at", "-id")[:SHADOW_EXAMPLES]:
+        live, shadowed = side_by_side(example.live_output, example.shadow_output)
+        examples.append({"example": example, "live": live, "shadow": shadowed})
     return {
+        "examples": examples,
         "since": since,
         "totals": _shadow_summary(rows.aggregate(**sums)),
         "minutes": per_minute,

@@ -86,6 +86,7 @@ class RequestTrace:
     generating: bool = False  # handed to the engine
     counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
     shadow: ResolvedVersion | None = None  # the alias's shadow gets a copy of this request
+    keep_shadow_example: bool = False
     body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy
     chat: bool = False
     texts: list[str] = field(default_factory=list)  # the answer's, when kept (JSON, shadow)
@@ -251,6 +252,7 @@ class RequestPath:
                 )
             trace.resolved = snapshot.choose(request_key, caller.key_prefix)
             trace.shadow = snapshot.mirror(request_key)
+            trace.keep_shadow_example = snapshot.shadow_keep_examples
             await self.trust.admit(trace.resolved)
         self.admission.check_rate(
             tenant_id=caller.tenant_id,
@@ -644,6 +646,7 @@ class RequestPath:
                 json_valid=trace.json_valid,
                 ttft_ms=trace.ttft_ms,
             ),
+            keep_example=trace.keep_shadow_example,
         )
 
     async def answer_shadow(self, mirrored: Mirrored) -> Answer:

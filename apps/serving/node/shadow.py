@@ -7,12 +7,14 @@ is dropped (counted, by reason) when a caller is waiting for a generation slot o
 when callers hold more than half the generation slots (``busy``), or
 when shadow copies already hold their budget of generation slots (``budget``,
 ``LORAHUB_SHADOW_BUDGET_PERCENT``, 20 % of them, at least one). What each copy did is recorded per
-minute (``ShadowMinute``); prompts and answers are not kept.
+minute (``ShadowMinute``); prompts and answers are kept only as a bounded sample of
+examples (``ShadowExample``), for aliases whose shadow asks for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ class Mirrored:
     chat: bool
     body: dict[str, Any]
     live: Answer
+    keep_example: bool = False  # the alias keeps examples of its shadow's answers
 
 
 def compare(live: Answer, shadow: Answer) -> dict[str, Any]:
@@ -67,6 +70,15 @@ def compare(live: Answer, shadow: Answer) -> dict[str, Any]:
         "finish_agree": live.finish_reason == shadow.finish_reason,
         "json_agree": None if live.json_valid is None else live.json_valid == shadow.json_valid,
     }
+
+
+def _example(mirrored: Mirrored, shadow: Answer) -> tuple[str, str, str]:
+    """The request (its prompt, or its chat messages as JSON) with both first answers."""
+    body = mirrored.body
+    request = body.get("prompt") if not mirrored.chat else body.get("messages")
+    text = request if isinstance(request, str) else json.dumps(request, ensure_ascii=False)
+    first = lambda texts: texts[0] if texts else ""  # noqa: E731
+    return text, first(mirrored.live.texts), first(shadow.texts)
 
 
 class Shadows:
@@ -107,7 +119,9 @@ class Shadows:
             logger.info("shadow copy to %s failed: %s", mirrored.shadow.label, exc)
             self._record(mirrored, "error")
         else:
-            self._record(mirrored, "compared", shadow, **compare(mirrored.live, shadow))
+            compared = compare(mirrored.live, shadow)
+            example = _example(mirrored, shadow) if mirrored.keep_example else None
+            self._record(mirrored, "compared", shadow, example=example, **compared)
         finally:
             self.in_flight -= 1
 
