@@ -374,6 +374,11 @@ LORAHUB_STATS_FLUSH_MS = env_int("LORAHUB_STATS_FLUSH_MS", 2000, minimum=100)
 # Shadow traffic: the share of a node's generation slots shadow copies may hold at once (at
 # least one); beyond it, and whenever a caller waits, copies are dropped and counted.
 LORAHUB_SHADOW_BUDGET_PERCENT = env_int("LORAHUB_SHADOW_BUDGET_PERCENT", 20, minimum=0)
+# ... and they start only while callers hold at most this share of the generation slots: on a
+# busy engine every sequence in the batch slows the others (bench/shadow.py measures it).
+LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT = env_int(
+    "LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT", 25, minimum=1
+)
 # How long a shadow's kept examples (prompts with both answers; only for aliases that ask) stay.
 LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS = env_int(
     "LORAHUB_SHADOW_EXAMPLE_RETENTION_DAYS", 7, minimum=1

@@ -111,10 +111,13 @@ class Node:
             background=self.background,
             budget_share=settings.LORAHUB_SHADOW_BUDGET_PERCENT / 100,
         )
-        # a copy runs only while callers hold at most half the generation slots: measured on
-        # the CPU engine (bench/shadow.py), copies beside a busier batch slowed callers' p95
+        # a copy starts only while callers hold at most LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT
+        # of the generation slots (bench/shadow.py: beside a busier batch, copies slowed
+        # callers' p95 TTFT on the CPU engine)
+        busy_below = settings.LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT / 100
         self.requests.shadow_headroom = max(
-            self.requests.shadows.budget, self.admission.max_concurrent // 2
+            self.requests.shadows.budget,
+            self.admission.max_concurrent - max(1, int(self.admission.max_concurrent * busy_below)),
         )
         self.internal = InternalApi(
             engine=self.engine,

@@ -56,6 +56,7 @@ from apps.tenants.throttle import message as throttle_message
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+SHADOW_LOAD_DEADLINE_S = 60.0
 
 
 @dataclass
@@ -262,7 +263,7 @@ class RequestPath:
 
     # --- step 4 and generation -------------------------------------------------------------
 
-    async def place(self, trace: RequestTrace):
+    async def place(self, trace: RequestTrace, *, deadline_s: float | None = None):
         """Step 4: the adapter's handle, once it is in the engine; None for the base model.
 
         A request waits for a cold load as long as its tenant tier's deadline allows. When
@@ -284,7 +285,7 @@ class RequestPath:
             placed: Placed = await self.cache.activate(
                 trace.resolved,
                 owner=owner,
-                deadline_s=sla.deadline_ms / 1000,
+                deadline_s=sla.deadline_ms / 1000 if deadline_s is None else deadline_s,
                 wait_for_room=sla.on_overload == "wait",
                 hold=True,
             )
@@ -665,7 +666,9 @@ class RequestPath:
         await self.trust.admit(shadow)
         engine_request = await self.engine.openai_request(chat=mirrored.chat, body=body)
         try:
-            handle = await self.place(trace)
+            # a copy is nobody's answer: it may wait longer for its version's load than a
+            # caller's SLA allows (loads stay single-flight, in the bounded load queue)
+            handle = await self.place(trace, deadline_s=SHADOW_LOAD_DEADLINE_S)
             if handle is None:  # the load missed its deadline and the base model would answer
                 raise oai.ApiError(503, f"{shadow.label} did not load in time", code="degraded")
             async with self.admission.spare_slot(headroom=self.shadow_headroom):

@@ -4,7 +4,8 @@ version off the response path and compared with what the caller got.
 The copy is offered only once the caller's answer is complete, so the caller never waits for
 it, never sees its output, and never gets its errors. Copies run on spare capacity only: one
 is dropped (counted, by reason) when a caller is waiting for a generation slot or a load, or
-when callers hold more than half the generation slots (``busy``), or
+when callers hold more than ``LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT`` (25 %) of the
+generation slots (``busy``), or
 when shadow copies already hold their budget of generation slots (``budget``,
 ``LORAHUB_SHADOW_BUDGET_PERCENT``, 20 % of them, at least one). What each copy did is recorded per
 minute (``ShadowMinute``); prompts and answers are kept only as a bounded sample of
