@@ -3,6 +3,7 @@ Celery worker, the S3 server and a serving node running vLLM."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import openai
@@ -21,6 +22,14 @@ from tests.helpers import edit_config, publish
 
 pytestmark = pytest.mark.browser
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[0])
+
+
+def parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def upload_through_the_form(page, adapter_id: str, version: str, folder) -> None:
@@ -184,7 +193,20 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
         )
         for max_tokens in [4] * 6 + [64] * 5
     ]
+    # JSON asked for, with too few tokens to finish it: an invalid answer, as a rule
+    json_answers = [
+        client.completions.create(
+            model="support",
+            prompt=PROMPT,
+            max_tokens=3,
+            temperature=0,
+            extra_body={"response_format": {"type": "json_object"}},
+        )
+        for _ in range(2)
+    ]
+    answered += json_answers
     cut = sum(a.choices[0].finish_reason == "length" for a in answered)
+    invalid_json = sum(not parses(a.choices[0].text) for a in json_answers)
     with pytest.raises(openai.BadRequestError):  # refused by vLLM: a quality marker too
         client.completions.create(model="support", prompt=PROMPT, max_tokens=4, stop=["", "x"])
     sent = len(answered) + 1
@@ -222,6 +244,12 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
     for name, expected in (("cut by max_tokens", cut), ("refused by the engine", 1)):
         steps = [(y or 0) * n for y, n in zip(quality[name], plotted, strict=True)]
         assert round(sum(steps)) == expected, (name, quality[name], plotted)
+    # invalid JSON is a share of the requests that asked for JSON: plotted where they were
+    assert any(y is not None for y in quality["JSON asked, invalid (of those)"])
+    invalid_total = page.locator(".total", has_text="Invalid JSON (of JSON requests)")
+    expect(invalid_total.locator("strong")).to_have_text(
+        f"{100 * invalid_json / len(json_answers):.1f} %"
+    )
     keep_for_docs(screenshot(page, "dashboard"))
 
     # the adapter filter and the range picker reload the figures without a page load
