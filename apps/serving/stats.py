@@ -84,9 +84,6 @@ class ShadowRecord:
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
-SHADOW_OUTCOMES = ("compared", "error", "dropped_busy", "dropped_budget")
-
-
 def write_shadow_records(records: list[ShadowRecord]) -> None:
     """Add mirrored requests to their (minute, alias, version, shadow version) rows."""
     rows: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))

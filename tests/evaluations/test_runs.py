@@ -4,7 +4,6 @@ request path, and judges them."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -67,4 +66,3 @@ def test_a_new_version_that_answers_differently_fails_the_set_and_the_same_weigh
     assert client.get(f"/api/evaluations/{same['id']}/cases?changed=true").json() == []
     # runs never move the alias
     assert client.get("/api/aliases/support").json()["version"]["label"] == "support@v1"
-    assert json.dumps(summary)  # the summary is plain JSON for the console and the CLI

@@ -12,7 +12,7 @@ from apps.registry.aliases import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.serving.models import ShadowExample, ShadowMinute
 from tests.helpers import node_metric
-from tests.serving.test_node_api import V1, V2, complete, internal
+from tests.serving.test_node_api import PROMPT, V1, V2, complete, internal
 
 pytestmark = pytest.mark.engine
 
@@ -81,15 +81,15 @@ def test_half_the_requests_are_mirrored_and_callers_only_get_the_stable_answer(w
         node_metric(world["url"], "shadow_requests_total", outcome="compared")
         == before + totals["compared"]
     )
-    [row] = ShadowMinute.objects.all() or [None]
-    assert (row.version, row.shadow_version) == ("v1", "v2")
+    # one row per minute (the requests may straddle one) and (live, shadow) version
+    rows = ShadowMinute.objects.values_list("version", "shadow_version").distinct()
+    assert list(rows) == [("v1", "v2")]
     examples = list(ShadowExample.objects.all())  # kept: the alias asked for them
     assert len(examples) == totals["compared"]
     assert all(e.live_output.strip().startswith(V1) for e in examples)
     assert all(e.shadow_output.strip().startswith(V2) for e in examples)
-    assert all(e.request for e in examples)  # the prompt
+    assert all(e.request == PROMPT for e in examples)  # the caller's prompt, as sent
     set_shadow(world, None)
-    assert AdapterVersion.objects.get(pk=world["versions"]["v2"]).state == "approved"
 
 
 def test_a_shadow_that_cannot_load_fails_alone_and_copies_are_dropped_when_the_node_is_busy(

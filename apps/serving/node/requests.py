@@ -500,10 +500,10 @@ class RequestPath:
         trace.completion_tokens = generation.completion_tokens
         trace.finish_reason = generation.finish_reason
         trace.empty_output = generation.empty_output
-        if generation.keep_text:
+        if generation.keep_text:  # always when JSON was asked for
             trace.texts = generation.texts()
         if trace.json is not None and generation.finish_reasons:
-            verdict = quality.judge_json(generation.texts(), trace.json)
+            verdict = quality.judge_json(trace.texts, trace.json)
             trace.json_valid, trace.json_matches = verdict.valid, verdict.matches
 
     async def _generate(
@@ -652,9 +652,9 @@ class RequestPath:
 
     async def answer_shadow(self, mirrored: Mirrored) -> Answer:
         """The shadow version's answer to a caller's request, on spare capacity only: a
-        generation slot is taken only if one is free and nobody waits (else ``NoSpareSlot``);
-        a shadow that cannot load, or is refused by trust, raises. Never counted in the
-        tenant's statistics."""
+        generation slot is taken only while nobody waits and ``shadow_headroom`` slots stay
+        free for callers (else ``NoSpareSlot``); a shadow that cannot load, or is refused by
+        trust, raises. Never counted in the tenant's statistics."""
         shadow = mirrored.shadow
         trace = RequestTrace(caller=mirrored.caller, resolved=shadow, counted=False)
         copy = {k: v for k, v in mirrored.body.items() if k != "stream_options"}

@@ -78,8 +78,7 @@ def _example(mirrored: Mirrored, shadow: Answer) -> tuple[str, str, str]:
     body = mirrored.body
     request = body.get("prompt") if not mirrored.chat else body.get("messages")
     text = request if isinstance(request, str) else json.dumps(request, ensure_ascii=False)
-    first = lambda texts: texts[0] if texts else ""  # noqa: E731
-    return text, first(mirrored.live.texts), first(shadow.texts)
+    return text, (mirrored.live.texts or [""])[0], (shadow.texts or [""])[0]
 
 
 class Shadows:
