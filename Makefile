@@ -57,7 +57,7 @@ test-control-plane-only:
 	@$(CP_PY) -c "import importlib.util as u, sys; found = [m for m in ('vllm', 'torch') if u.find_spec(m)]; sys.exit(f'{found} must not be installed in $(CP_VENV)' if found else 0)"
 	$(call pytest_half,$(CP_PY),$(CP_TESTS))
 
-$(CP_STAMP): pyproject.toml tools/uv_install.py
+$(CP_STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(CP_PY) || $(PYTHON) -m venv $(CP_VENV)
 	$(call install_packages,$(CP_PY),$(CP_PACKAGES))
@@ -80,9 +80,11 @@ install: $(STAMP)
 # took 56 of pip's 118 s, though a run imports a small part of torch, vLLM and transformers,
 # which Python compiles on first import, into PYTHONPYCACHEPREFIX (above).
 # $(call install_packages,PYTHON,REQUIREMENTS); the requirements are variables, for their commas
-CPU_PACKAGES := -e ".[cpu,demo,dev]"
-GPU_PACKAGES := -e ".[gpu,demo,dev]"
-CP_PACKAGES := -e ".[dev]"
+# The tenant's client (client/, its own distribution) is installed beside the platform so the
+# tests drive it against the live API; tests/client/test_install.py also installs it alone.
+CPU_PACKAGES := -e ".[cpu,demo,dev]" -e ./client
+GPU_PACKAGES := -e ".[gpu,demo,dev]" -e ./client
+CP_PACKAGES := -e ".[dev]" -e ./client
 install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_install.py $(1) $(2); } || \
 	{ echo "installing with pip"; $(1) -m pip install --quiet --upgrade pip && \
 	$(1) -m pip install --quiet --no-compile $(2); }
@@ -94,7 +96,7 @@ install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_inst
 # vLLM also needs the ninja build tool, whose wheel writes ninja/__init__.py too: the module of
 # django-ninja, which the REST API is built on. django-ninja is installed again, last, so that
 # its files are the ones that stay (pip's install order happened to leave them; uv's did not).
-$(STAMP): pyproject.toml tools/uv_install.py
+$(STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \

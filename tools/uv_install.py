@@ -1,6 +1,8 @@
 """Install packages into a virtualenv with uv, from the sources pip is configured with.
 
 Usage: ``python tools/uv_install.py VENV_PYTHON REQUIREMENT...`` (what ``make install`` runs).
+pip's configuration is read, and uv run, by the Python that runs this script, so a bare
+virtualenv (no pip, no uv: ``tests/client/test_install.py``'s) can be the target.
 
 Why: uv resolves and installs this project's ~230 packages in ~20 s on two cores, where pip
 takes 60-110 s, most of it reading every file link on PyPI's pages one by one. But uv does not
@@ -115,8 +117,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     python, requirements = argv[0], argv[1:]
+    tool = sys.executable  # has pip and uv (the Makefile runs this with the target itself)
     listing = subprocess.run(
-        [python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+        [tool, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
     ).stdout
     try:
         sources = uv_sources(parse_pip_config(listing))
@@ -124,7 +127,7 @@ def main(argv: list[str]) -> int:
         print(f"{exc}; installing with pip", file=sys.stderr)
         return UNTRANSLATABLE
     command = [
-        *(python, "-m", "uv", "pip", "install", "--quiet", "--python", python),
+        *(tool, "-m", "uv", "pip", "install", "--quiet", "--python", python),
         # pip's rule: the best version across every index, not the first index that has any
         *("--index-strategy", "unsafe-best-match"),
         *sources.args,

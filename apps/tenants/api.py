@@ -29,11 +29,13 @@ class MeOut(Schema):
 
 class ApiKeyIn(Schema):
     name: str
+    admin: bool = False  # acts as a tenant admin; a person must issue it (not another key)
 
 
 class ApiKeyOut(Schema):
     name: str
     prefix: str
+    admin: bool
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
@@ -75,6 +77,7 @@ def _key_out(key: ApiKey) -> dict:
     return {
         "name": key.name,
         "prefix": key.prefix,
+        "admin": key.admin,
         "created_at": key.created_at,
         "last_used_at": key.last_used_at,
         "revoked_at": key.revoked_at,
@@ -88,7 +91,8 @@ def me(request: HttpRequest):
         memberships = Membership.objects.filter(user=principal.user).select_related("tenant")
         tenants = [MembershipOut(tenant=m.tenant.slug, role=m.role) for m in memberships]
     else:
-        tenants = [MembershipOut(tenant=principal.api_key.tenant.slug, role="api_key")]
+        role = "admin_api_key" if principal.api_key.admin else "api_key"
+        tenants = [MembershipOut(tenant=principal.api_key.tenant.slug, role=role)]
     return {
         "username": principal.user.get_username() if principal.user else None,
         "api_key": principal.api_key.prefix if principal.api_key else None,
@@ -108,7 +112,13 @@ def list_keys(request: HttpRequest, slug: str):
 def issue_key(request: HttpRequest, slug: str, body: ApiKeyIn):
     tenant = visible_tenant(request.auth, slug)
     request.auth.require_tenant_admin(tenant)
-    key, plaintext = services.issue_api_key(tenant=tenant, name=body.name, actor=request.auth.user)
+    key, plaintext = services.issue_api_key(
+        tenant=tenant,
+        name=body.name,
+        actor=request.auth.user,
+        actor_key=request.auth.api_key,
+        admin=body.admin,
+    )
     return Status(201, {**_key_out(key), "key": plaintext})
 
 
@@ -119,7 +129,9 @@ def revoke_key(request: HttpRequest, slug: str, prefix: str):
     key = tenant.api_keys.filter(prefix=prefix).first()
     if key is None:
         raise NotFound(f"tenant '{slug}' has no API key with prefix '{prefix}'")
-    return _key_out(services.revoke_api_key(key=key, actor=request.auth.user))
+    return _key_out(
+        services.revoke_api_key(key=key, actor=request.auth.user, actor_key=request.auth.api_key)
+    )
 
 
 @router.get("/tenants/{slug}/quota", response=QuotaSchema)

@@ -80,12 +80,13 @@ def principal_for_user(user: User) -> Principal:
 
 
 def principal_for_key(key: ApiKey) -> Principal:
-    # A key acts for its tenant as a member; administering keys and quotas needs a person.
+    # A key acts for its tenant as a member, or as an admin when it was issued as an admin key
+    # (by a person who administers the tenant; see ApiKey.admin).
     return Principal(
         user=None,
         api_key=key,
         tenant_ids=frozenset({key.tenant_id}),
-        admin_tenant_ids=frozenset(),
+        admin_tenant_ids=frozenset({key.tenant_id}) if key.admin else frozenset(),
         roles=frozenset(),
     )
 

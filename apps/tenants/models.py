@@ -64,6 +64,11 @@ class ApiKey(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True)
+    # An admin key acts as an admin of its tenant (its keys, its audit log, its quota), for a
+    # tenant's tooling (``lorahub keys …``); only a person who administers the tenant issues
+    # one, and an admin key may issue member keys only, so a leaked key cannot mint successors
+    # with its own power.
+    admin = models.BooleanField(default=False)
     key_hash = models.CharField(max_length=64)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

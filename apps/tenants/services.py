@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
-from apps.tenants.errors import Conflict, Invalid
+from apps.tenants.errors import Conflict, Forbidden, Invalid
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, AuditEvent, Membership, Quota, Tenant
 
@@ -108,31 +108,52 @@ def _hash_key(plaintext: str) -> str:
 
 @transaction.atomic
 def issue_api_key(
-    *, tenant: Tenant, name: str, actor: AbstractBaseUser | None
+    *,
+    tenant: Tenant,
+    name: str,
+    actor: AbstractBaseUser | None,
+    actor_key: ApiKey | None = None,
+    admin: bool = False,
 ) -> tuple[ApiKey, str]:
-    """Create a key and return it with its plaintext, which is never stored or shown again."""
+    """Create a key and return it with its plaintext, which is never stored or shown again.
+
+    ``admin`` keys act as an admin of the tenant; only a person issues one (``actor_key``, the
+    key a request came with, may issue member keys only)."""
     name = name.strip()
     if not name:
         raise Invalid("give the key a name, e.g. the service that will use it")
+    if admin and actor_key is not None:
+        raise Forbidden(
+            "an API key cannot issue an admin key; a tenant admin creates admin keys in the "
+            "console (API keys page)"
+        )
     if ApiKey.objects.active().filter(tenant=tenant, name=name).exists():
         raise Conflict(f"tenant '{tenant.slug}' already has an active key named '{name}'")
     prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
     plaintext = f"lh_{prefix}_{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, key_hash=_hash_key(plaintext), created_by=actor
+        tenant=tenant,
+        name=name,
+        prefix=prefix,
+        key_hash=_hash_key(plaintext),
+        created_by=actor if actor is not None and actor.is_authenticated else None,
+        admin=admin,
     )
     record_event(
         action="api_key.issue",
         obj=key,
         actor=actor,
+        actor_key=actor_key,
         tenant=tenant,
-        after={"name": name, "prefix": prefix},
+        after={"name": name, "prefix": prefix, "admin": admin},
     )
     return key, plaintext
 
 
 @transaction.atomic
-def revoke_api_key(*, key: ApiKey, actor: AbstractBaseUser | None) -> ApiKey:
+def revoke_api_key(
+    *, key: ApiKey, actor: AbstractBaseUser | None, actor_key: ApiKey | None = None
+) -> ApiKey:
     key = ApiKey.objects.select_for_update().get(pk=key.pk)
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
@@ -142,6 +163,7 @@ def revoke_api_key(*, key: ApiKey, actor: AbstractBaseUser | None) -> ApiKey:
             action="api_key.revoke",
             obj=key,
             actor=actor,
+            actor_key=actor_key,
             tenant=key.tenant,
             before={"active": True},
             after={"active": False},

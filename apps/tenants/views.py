@@ -52,13 +52,16 @@ def keys(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         try:
             key, plaintext = services.issue_api_key(
-                tenant=tenant, name=request.POST.get("name", ""), actor=request.user
+                tenant=tenant,
+                name=request.POST.get("name", ""),
+                actor=request.user,
+                admin=request.POST.get("admin") == "on",
             )
         except DomainError as exc:
             messages.error(request, exc.message)
         else:
             # Shown in this response only: never stored, never rendered again.
-            new_key = {"name": key.name, "plaintext": plaintext}
+            new_key = {"name": key.name, "plaintext": plaintext, "admin": key.admin}
     rows = tenant.api_keys.select_related("created_by")
     listing = table(
         request,

@@ -58,6 +58,16 @@ def test_a_new_api_key_is_shown_once_and_never_again(tenant_a):
     assert ApiKey.objects.get(name="ci").key_hash not in page
 
 
+def test_an_admin_key_is_made_by_ticking_admin_and_marked_in_the_list(tenant_a):
+    alice = user_client("alice", "alice-pass-123")
+    page = alice.post("/t/tenant-a/keys/", {"name": "tooling", "admin": "on"}).content.decode()
+    assert "Admin key “tooling” created" in page
+    alice.post("/t/tenant-a/keys/", {"name": "ci"})
+    assert dict(ApiKey.objects.values_list("name", "admin")) == {"tooling": True, "ci": False}
+    listing = alice.get("/t/tenant-a/keys/").content.decode()
+    assert listing.count('<span class="badge">admin</span>') == 1
+
+
 def test_the_internal_token_never_reaches_a_page(operator, settings):
     settings.LORAHUB_INTERNAL_TOKEN = "node-secret-token-123"
     settings.LORAHUB_NODES = ["n1=http://127.0.0.1:9"]

@@ -54,6 +54,45 @@ def test_revoking_a_key_stops_it_at_once_and_records_who(tenant_a):
 
 
 @pytest.mark.django_db
+def test_an_admin_key_administers_its_tenant_but_cannot_mint_admin_keys(tenant_a, tenant_b):
+    """A tenant's tooling (the lorahub CLI) manages keys and reads the audit log with an admin
+    key a person issued; a member key cannot, and no key can issue an admin key."""
+    alice = login("alice")
+    made = alice.post(
+        "/api/tenants/tenant-a/keys",
+        {"name": "tooling", "admin": True},
+        content_type="application/json",
+    ).json()
+    assert made["admin"] is True
+    admin = Client(HTTP_AUTHORIZATION=f"Bearer {made['key']}")
+    member_key = admin.post(
+        "/api/tenants/tenant-a/keys", {"name": "ci"}, content_type="application/json"
+    )
+    assert member_key.status_code == 201 and member_key.json()["admin"] is False
+    refused = admin.post(
+        "/api/tenants/tenant-a/keys",
+        {"name": "ci2", "admin": True},
+        content_type="application/json",
+    )
+    assert refused.status_code == 403
+    assert "cannot issue an admin key" in refused.json()["detail"]
+    assert not ApiKey.objects.filter(name="ci2").exists()
+    assert admin.get("/api/me").json()["tenants"] == [
+        {"tenant": "tenant-a", "role": "admin_api_key"}
+    ]
+    issued = AuditEvent.objects.get(action="api_key.issue", after__name="ci")
+    assert issued.actor_key.name == "tooling" and issued.actor is None
+    assert {e["action"] for e in admin.get("/api/audit").json()} >= {"api_key.issue"}
+    assert admin.get("/api/tenants/tenant-b/keys").status_code == 404  # its own tenant only
+    member = Client(HTTP_AUTHORIZATION=f"Bearer {member_key.json()['key']}")
+    assert member.get("/api/tenants/tenant-a/keys").status_code == 403
+    assert member.get("/api/audit").status_code == 403
+    prefix = member_key.json()["prefix"]
+    assert admin.delete(f"/api/tenants/tenant-a/keys/{prefix}").json()["revoked_at"]
+    assert member.get("/api/me").status_code == 401
+
+
+@pytest.mark.django_db
 def test_members_who_are_not_admins_cannot_manage_keys_or_read_the_audit_log(tenant_a):
     user = services.ensure_user(username="mia", password="mia-pass-123")
     services.add_member(tenant=tenant_a, user=user, role=TenantRole.MEMBER)

@@ -1,0 +1,561 @@
+"""``Client``: the lorahub REST API from Python.
+
+    from lorahub_client import Client
+    client = Client("https://lorahub.example.com", api_key="lh_...")
+    version = client.upload("support", "out/checkpoint-final", version="2026-12-03.1")
+    version = client.wait_for_verdict(version.id)      # pending_review, or Rejected raised
+    client.canary("support", version.id, percent=10, reason="first look")
+
+Every call retries what is safe to retry, a bounded number of times: a connection that could
+not be opened (nothing was sent), and answers 429/502/503/504, waiting what ``Retry-After``
+says (capped) or backing off exponentially. Reads (GET) are also retried when the connection
+broke mid-answer. Errors are raised as ``errors.*`` with the server's code and message.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import tenacity
+from pydantic import BaseModel, TypeAdapter
+
+from lorahub_client import __version__
+from lorahub_client.errors import (
+    ApiError,
+    LorahubError,
+    NotFound,
+    Refused,
+    Rejected,
+    TimedOut,
+    Unauthorized,
+    Unavailable,
+)
+from lorahub_client.models import (
+    Adapter,
+    Alias,
+    ApiKey,
+    AuditEvent,
+    CaseResult,
+    EvaluationRun,
+    EvaluationSet,
+    Me,
+    NewApiKey,
+    SetRevision,
+    Version,
+)
+
+Progress = Callable[[int, int], None]  # (bytes sent, bytes in all)
+
+# Every endpoint the client calls: (method, path as the server's OpenAPI document names it,
+# the model of its answer, whether the answer is a list). The schema-agreement test walks this.
+ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
+    "me": ("GET", "/api/me", Me, False),
+    "adapters": ("GET", "/api/adapters", Adapter, True),
+    "upload": ("POST", "/api/adapters/{adapter_id}/versions", Version, False),
+    "adapter_versions": ("GET", "/api/adapters/{adapter_id}/versions", Version, True),
+    "versions": ("GET", "/api/versions", Version, True),
+    "version": ("GET", "/api/versions/{version_id}", Version, False),
+    "aliases": ("GET", "/api/aliases", Alias, True),
+    "alias": ("GET", "/api/aliases/{name}", Alias, False),
+    "set_alias": ("PUT", "/api/aliases/{name}", Alias, False),
+    "canary": ("POST", "/api/aliases/{name}/canary", Alias, False),
+    "promote": ("POST", "/api/aliases/{name}/promote", Alias, False),
+    "rollback": ("POST", "/api/aliases/{name}/rollback", Alias, False),
+    "evaluation_sets": ("GET", "/api/adapters/{adapter_id}/evaluation-sets", EvaluationSet, True),
+    "upload_evaluation_set": (
+        "POST",
+        "/api/adapters/{adapter_id}/evaluation-sets/{name}",
+        SetRevision,
+        False,
+    ),
+    "start_evaluation": ("POST", "/api/evaluations", EvaluationRun, False),
+    "evaluations": ("GET", "/api/evaluations", EvaluationRun, True),
+    "evaluation": ("GET", "/api/evaluations/{run_id}", EvaluationRun, False),
+    "evaluation_cases": ("GET", "/api/evaluations/{run_id}/cases", CaseResult, True),
+    "keys": ("GET", "/api/tenants/{slug}/keys", ApiKey, True),
+    "create_key": ("POST", "/api/tenants/{slug}/keys", NewApiKey, False),
+    "revoke_key": ("DELETE", "/api/tenants/{slug}/keys/{prefix}", ApiKey, False),
+    "audit": ("GET", "/api/audit", AuditEvent, True),
+}
+
+# What a PEFT folder holds that the registry takes: its config and safetensors weights. Pickled
+# weights are sent too when they are all there is, so that the server's refusal says why.
+CONFIG_NAME = "adapter_config.json"
+WEIGHT_NAMES = ("adapter_model.safetensors",)
+PICKLED_WEIGHT_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+FINISHED_RUN_STATES = frozenset({"succeeded", "failed"})
+
+
+class _RetryableAnswer(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"{response.status_code}")
+        self.response = response
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """A node's answer to one chat request, with the headers that say who answered."""
+
+    model: str
+    text: str
+    finish_reason: str | None
+    adapter: str | None  # X-Lorahub-Adapter: the version that answered, e.g. support@v1
+    node: str | None
+    cache_tier: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def adapter_files(folder: Path) -> tuple[list[Path], list[str]]:
+    """The files of a PEFT output folder (as ``save_pretrained`` writes it) that make the
+    upload, and the names left out (a model card, tokenizer files, training state)."""
+    config = folder / CONFIG_NAME
+    if not config.is_file():
+        raise LorahubError(
+            f"{folder} has no {CONFIG_NAME}: give the folder PEFT's save_pretrained wrote "
+            "(adapter_config.json + adapter_model.safetensors), or a .zip/.tar.gz of them"
+        )
+    weights = [folder / n for n in WEIGHT_NAMES if (folder / n).is_file()]
+    if not weights:
+        weights = [folder / n for n in PICKLED_WEIGHT_NAMES if (folder / n).is_file()]
+    if not weights:
+        raise LorahubError(
+            f"{folder} has no adapter_model.safetensors: save the adapter with "
+            "save_pretrained(..., safe_serialization=True)"
+        )
+    chosen = [config, *weights]
+    skipped = sorted(p.name for p in folder.iterdir() if p not in chosen)
+    return chosen, skipped
+
+
+class _CountingFile:
+    """A file that reports how much of it has been read (httpx streams multipart bodies in
+    chunks; ``fileno`` lets it know the size, so the body has a Content-Length)."""
+
+    def __init__(self, handle: IO[bytes], on_read: Callable[[int], None]) -> None:
+        self._handle, self._on_read = handle, on_read
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._handle.read(size)
+        self._on_read(len(chunk))
+        return chunk
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def fileno(self) -> int:
+        return self._handle.fileno()
+
+
+class Client:
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        inference_url: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
+        max_retry_wait: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not url:
+            raise LorahubError("no server URL: pass url (or set LORAHUB_URL)")
+        if not api_key:
+            raise LorahubError("no API key: pass api_key (or set LORAHUB_API_KEY)")
+        self.url = url.rstrip("/")
+        self.inference_url = inference_url.rstrip("/") if inference_url else None
+        self.retries, self.max_retry_wait, self._sleep = retries, max_retry_wait, sleep
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={
+                "Authorization": f"Bearer {api_key}",
+                "User-Agent": f"lorahub-client/{__version__}",
+            },
+            timeout=timeout,
+            transport=transport,
+        )
+        self._api_key = api_key
+        self._tenant: str | None = None
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the transport ---------------------------------------------------------------------
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """What the server asked for (Retry-After, capped), or exponential backoff."""
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, _RetryableAnswer):
+            raw = error.response.headers.get("Retry-After", "")
+            if raw.strip().isdigit():
+                return min(float(raw), self.max_retry_wait)
+        return min(0.5 * 2 ** (state.attempt_number - 1), self.max_retry_wait)
+
+    def send(self, method: str, url: str, *, base: httpx.Client | None = None, **kw: Any):
+        """One request with the bounded retries; the answer, or an ``errors.*`` raised."""
+        http = base or self._http
+        reads = method == "GET"
+
+        def retryable(error: BaseException) -> bool:
+            if isinstance(error, _RetryableAnswer | httpx.ConnectError | httpx.ConnectTimeout):
+                return True
+            # a GET whose connection broke mid-answer changed nothing: ask again
+            return reads and isinstance(error, httpx.ReadError | httpx.RemoteProtocolError)
+
+        def attempt() -> httpx.Response:
+            response = http.request(method, url, **kw)
+            if response.status_code in RETRY_STATUSES:
+                raise _RetryableAnswer(response)
+            return response
+
+        try:
+            response = tenacity.Retrying(
+                stop=tenacity.stop_after_attempt(self.retries + 1),
+                wait=self._wait,
+                retry=tenacity.retry_if_exception(retryable),
+                sleep=self._sleep,
+                reraise=True,
+            )(attempt)
+        except _RetryableAnswer as exc:
+            error = _api_error(exc.response)
+            raise Unavailable(
+                f"{http.base_url or url} answered {exc.response.status_code} "
+                f"{self.retries + 1} times ({error.detail}); try again later"
+            ) from None
+        except httpx.TransportError as exc:
+            where = str(http.base_url or url).rstrip("/")
+            raise Unavailable(
+                f"cannot reach {where} ({type(exc).__name__}: {exc or 'no answer'}) after "
+                f"{self.retries + 1} attempts; is the server running, and is the URL right?"
+            ) from None
+        if response.status_code >= 400:
+            raise _api_error(response)
+        return response
+
+    def _call(
+        self,
+        name: str,
+        *,
+        path: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> Any:
+        method, template, model, many = ENDPOINTS[name]
+        response = self.send(method, template.format(**(path or {})), **kw)
+        payload = response.json()
+        if many:
+            return TypeAdapter(list[model]).validate_python(payload)  # type: ignore[valid-type]
+        return model.model_validate(payload)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant this key acts for."""
+        if self._tenant is None:
+            tenants = self.me().tenants
+            if len(tenants) != 1:
+                raise LorahubError("this key does not act for exactly one tenant")
+            self._tenant = tenants[0].tenant
+        return self._tenant
+
+    # --- who am I, adapters and versions -----------------------------------------------------
+
+    def me(self) -> Me:
+        return self._call("me")
+
+    def adapters(self) -> list[Adapter]:
+        return self._call("adapters")
+
+    def versions(self, adapter_id: str | None = None, *, state: str | None = None) -> list[Version]:
+        if adapter_id:
+            found = self._call("adapter_versions", path={"adapter_id": adapter_id})
+            return [v for v in found if state is None or v.state == state]
+        return self._call("versions", params={"state": state} if state else None)
+
+    def version(self, version_id: int) -> Version:
+        return self._call("version", path={"version_id": version_id})
+
+    def find_version(self, ref: str | int, *, adapter_id: str | None = None) -> Version:
+        """A version by id (``7``), label (``support@2026-12-03.1``), or version string with
+        ``adapter_id``."""
+        text = str(ref)
+        if text.isdigit():
+            return self.version(int(text))
+        adapter, _, version = text.rpartition("@")
+        adapter = adapter or adapter_id or ""
+        if not adapter:
+            raise LorahubError(
+                f"'{text}' names no adapter: give a version id, adapter@version, or --adapter"
+            )
+        for found in self.versions(adapter):
+            if found.version == version:
+                return found
+        raise NotFound(404, "not_found", f"adapter '{adapter}' has no version '{version}'")
+
+    def upload(
+        self,
+        adapter_id: str,
+        path: str | os.PathLike[str],
+        *,
+        version: str | None = None,
+        base_model_revision: str = "",
+        training_data_summary: str = "",
+        progress: Progress | None = None,
+    ) -> Version:
+        """Upload a PEFT output folder (its adapter files) or one .zip/.tar.gz as a new version.
+        Validation then runs on the server: ``wait_for_verdict`` follows it."""
+        source = Path(path)
+        if source.is_dir():
+            chosen, _ = adapter_files(source)
+        elif source.is_file():
+            chosen = [source]
+        else:
+            raise LorahubError(f"{source} does not exist")
+        total = sum(p.stat().st_size for p in chosen)
+        sent = [0]
+
+        def advanced(n: int) -> None:
+            sent[0] += n
+            if progress is not None:
+                progress(min(sent[0], total), total)
+
+        data = {"base_model_revision": base_model_revision}
+        data["training_data_summary"] = training_data_summary
+        if version:
+            data["version"] = version
+        with ExitStack() as stack:
+            files = [
+                (
+                    "files",
+                    (p.name, _CountingFile(stack.enter_context(p.open("rb")), advanced), None),
+                )
+                for p in chosen
+            ]
+            return self._call("upload", path={"adapter_id": adapter_id}, files=files, data=data)
+
+    def wait_for_verdict(
+        self, version_id: int, *, timeout: float = 600.0, poll: float = 1.0
+    ) -> Version:
+        """Follow validation until the version leaves ``validating``. A rejected version raises
+        ``Rejected`` with the server's reason verbatim."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.version(version_id)
+            if found.state == "rejected":
+                raise Rejected(found.label, found.rejection_reason)
+            if found.state != "validating":
+                return found
+            if time.monotonic() >= deadline:
+                raise TimedOut(f"{found.label} is still validating after {timeout:.0f} s")
+            self._sleep(poll)
+            poll = min(poll * 1.5, 5.0)
+
+    # --- aliases --------------------------------------------------------------------------
+
+    def aliases(self) -> list[Alias]:
+        return self._call("aliases")
+
+    def alias(self, name: str) -> Alias:
+        return self._call("alias", path={"name": name})
+
+    def set_alias(self, name: str, version_id: int, *, reason: str = "") -> Alias:
+        body = {"version_id": version_id, "reason": reason}
+        return self._call("set_alias", path={"name": name}, json=body)
+
+    def canary(
+        self,
+        name: str,
+        version_id: int | None,
+        *,
+        percent: int = 0,
+        api_keys: list[str] | None = None,
+        reason: str = "",
+    ) -> Alias:
+        """Send ``percent`` of the alias's requests (and always those of ``api_keys``, by
+        prefix) to ``version_id``; ``None`` clears the canary."""
+        body = {
+            "version_id": version_id,
+            "percent": percent,
+            "api_keys": api_keys or [],
+            "reason": reason,
+        }
+        return self._call("canary", path={"name": name}, json=body)
+
+    def promote(self, name: str, *, reason: str = "") -> Alias:
+        return self._call("promote", path={"name": name}, json={"reason": reason})
+
+    def rollback(self, name: str, *, reason: str = "") -> Alias:
+        return self._call("rollback", path={"name": name}, json={"reason": reason})
+
+    # --- evaluations ------------------------------------------------------------------------
+
+    def evaluation_sets(self, adapter_id: str) -> list[EvaluationSet]:
+        return self._call("evaluation_sets", path={"adapter_id": adapter_id})
+
+    def upload_evaluation_set(
+        self, adapter_id: str, name: str, path: str | os.PathLike[str]
+    ) -> SetRevision:
+        """Attach a JSONL set (its next immutable revision; the same bytes add none)."""
+        with Path(path).open("rb") as handle:
+            return self._call(
+                "upload_evaluation_set",
+                path={"adapter_id": adapter_id, "name": name},
+                files={"file": (Path(path).name, handle, "application/jsonl")},
+            )
+
+    def start_evaluation(
+        self,
+        candidate_version_id: int,
+        set_revision_id: int,
+        *,
+        baseline_version_id: int | None = None,
+        alias: str | None = None,
+    ) -> EvaluationRun:
+        body = {
+            "candidate_version_id": candidate_version_id,
+            "set_revision_id": set_revision_id,
+            "baseline_version_id": baseline_version_id,
+            "alias": alias,
+        }
+        return self._call("start_evaluation", json=body)
+
+    def evaluations(self, *, version_id: int | None = None) -> list[EvaluationRun]:
+        return self._call("evaluations", params={"version_id": version_id} if version_id else None)
+
+    def evaluation(self, run_id: int) -> EvaluationRun:
+        return self._call("evaluation", path={"run_id": run_id})
+
+    def evaluation_cases(
+        self, run_id: int, *, failed: bool = False, changed: bool = False
+    ) -> list[CaseResult]:
+        params = {"failed": str(failed).lower(), "changed": str(changed).lower()}
+        return self._call("evaluation_cases", path={"run_id": run_id}, params=params)
+
+    def wait_for_evaluation(
+        self,
+        run_id: int,
+        *,
+        timeout: float = 1800.0,
+        poll: float = 1.0,
+        on_progress: Callable[[EvaluationRun], None] | None = None,
+    ) -> EvaluationRun:
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.evaluation(run_id)
+            if on_progress is not None:
+                on_progress(run)
+            if run.state in FINISHED_RUN_STATES:
+                return run
+            if time.monotonic() >= deadline:
+                raise TimedOut(
+                    f"evaluation run {run_id} is still {run.state} after {timeout:.0f} s"
+                )
+            self._sleep(poll)
+
+    # --- keys and the audit log (admin keys) -------------------------------------------------
+
+    def keys(self) -> list[ApiKey]:
+        return self._call("keys", path={"slug": self.tenant})
+
+    def create_key(self, name: str) -> NewApiKey:
+        """A new member key (shown once). Admin keys are made by a person, in the console."""
+        return self._call("create_key", path={"slug": self.tenant}, json={"name": name})
+
+    def revoke_key(self, prefix: str) -> ApiKey:
+        prefix = prefix.removeprefix("lh_").split("_")[0]
+        return self._call("revoke_key", path={"slug": self.tenant, "prefix": prefix})
+
+    def audit(self, *, action: str | None = None, limit: int = 200) -> list[AuditEvent]:
+        params: dict[str, Any] = {"limit": limit}
+        if action:
+            params["action"] = action
+        return self._call("audit", params=params)
+
+    # --- a smoke request to a node ------------------------------------------------------------
+
+    def chat(
+        self, model: str, message: str, *, max_tokens: int = 64, temperature: float = 0.0
+    ) -> ChatAnswer:
+        """One chat completion from a serving node (or the fleet's router): the OpenAI API;
+        greedy by default, so that the same version gives the same answer."""
+        if not self.inference_url:
+            raise LorahubError(
+                "no inference URL: pass inference_url (or set LORAHUB_INFERENCE_URL, or "
+                "`lorahub login --inference-url`), e.g. http://127.0.0.1:8001"
+            )
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        with httpx.Client(
+            base_url=self.inference_url,
+            headers=dict(self._http.headers),
+            timeout=self._http.timeout,
+        ) as node:
+            response = self.send("POST", "/v1/chat/completions", base=node, json=body)
+        choice = response.json()["choices"][0]
+        return ChatAnswer(
+            model=model,
+            text=choice["message"]["content"],
+            finish_reason=choice.get("finish_reason"),
+            adapter=response.headers.get("X-Lorahub-Adapter"),
+            node=response.headers.get("X-Lorahub-Node"),
+            cache_tier=response.headers.get("X-Lorahub-Cache-Tier"),
+        )
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    """The server's error as an exception: its ``code`` and ``detail``, verbatim."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    detail = body.get("detail") or response.reason_phrase or f"HTTP {response.status_code}"
+    error = body.get("error")  # the nodes' OpenAI-shaped errors
+    if isinstance(error, dict):
+        detail = error.get("message") or detail
+    if isinstance(detail, list):  # request validation: one line per field
+        detail = "; ".join(_field_error(item) for item in detail)
+    code = str(body.get("code") or (error or {}).get("code") or "error")
+    status = response.status_code
+    if status == 401:
+        return Unauthorized(
+            status,
+            "invalid_api_key",
+            "invalid API key: the server refused it; check LORAHUB_API_KEY or run `lorahub login`",
+        )
+    if status == 404:
+        return NotFound(status, code, str(detail))
+    if 400 <= status < 500:
+        return Refused(status, code, str(detail))
+    return ApiError(status, code, str(detail))
+
+
+def _field_error(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    where = ".".join(str(p) for p in item.get("loc", []) if p not in ("body", "query", "path"))
+    return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))
