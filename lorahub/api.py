@@ -16,6 +16,7 @@ from ninja import NinjaAPI
 from apps.evaluations.api import router as evaluations_router
 from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
+from apps.releases.api import router as releases_router
 from apps.serving.api import router as serving_router
 from apps.tenants.api import router as tenants_router
 from apps.tenants.errors import DomainError, Throttled
@@ -27,13 +28,16 @@ api.add_router("/", tenants_router)
 api.add_router("/", registry_router)
 api.add_router("/", serving_router)
 api.add_router("/", evaluations_router)
+api.add_router("/", releases_router)
 
 
 @api.exception_handler(DomainError)
 def domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
-    response = api.create_response(
-        request, {"detail": exc.message, "code": exc.code}, status=exc.status
-    )
+    body: dict = {"detail": exc.message, "code": exc.code}
+    fields = getattr(exc, "fields", None)  # per-field messages (a release plan), for forms
+    if fields:
+        body["fields"] = fields
+    response = api.create_response(request, body, status=exc.status)
     if isinstance(exc, Throttled):
         response["Retry-After"] = str(exc.retry_after)
     return response

@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.serving",
     "apps.evaluations",
+    "apps.releases",
 ]
 
 MIDDLEWARE = [
@@ -281,11 +282,18 @@ CELERY_TASK_ACKS_LATE = True
 # mid-task, message lost); `celery beat` (or `manage.py up`'s worker, started with -B) runs
 # the sweep every 5 minutes, and each worker once at start.
 LORAHUB_VALIDATION_STALE_S = env_int("LORAHUB_VALIDATION_STALE_S", 600, minimum=10)
+# Releases are judged on the beat: each round judges the active releases whose plan's
+# interval (default 30 s) has passed; the tick bounds how late a judgement may be.
+LORAHUB_RELEASE_TICK_S = env_int("LORAHUB_RELEASE_TICK_S", 5, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "sweep-stale-validations": {
         "task": "apps.registry.tasks.sweep_stale_validations",
         "schedule": 300.0,
-    }
+    },
+    "judge-releases": {
+        "task": "apps.releases.tasks.judge_releases",
+        "schedule": LORAHUB_RELEASE_TICK_S,
+    },
 }
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -373,6 +381,8 @@ LORAHUB_NODE_FULL_REFRESH_S = env_int("LORAHUB_NODE_FULL_REFRESH_S", 30, minimum
 LORAHUB_STATS_FLUSH_MS = env_int("LORAHUB_STATS_FLUSH_MS", 2000, minimum=100)
 # Shadow traffic: the share of a node's generation slots shadow copies may hold at once (at
 # least one); beyond it, and whenever a caller waits, copies are dropped and counted.
+# Test seams on a node (apps/serving/node/seams.py: faults injected per version); tests only.
+LORAHUB_TEST_SEAMS = env_bool("LORAHUB_TEST_SEAMS", False)
 LORAHUB_SHADOW_BUDGET_PERCENT = env_int("LORAHUB_SHADOW_BUDGET_PERCENT", 20, minimum=0)
 # ... and they start only while callers hold at most this share of the generation slots: on a
 # busy engine every sequence in the batch slows the others (bench/shadow.py measures it).

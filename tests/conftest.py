@@ -536,6 +536,8 @@ class NodeProcess:
             "LORAHUB_NODE_MAX_QUEUE": "16",
             "LORAHUB_NODE_NAME": name,
             "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
+            # the release drills inject faults for one version (apps/serving/node/seams.py)
+            "LORAHUB_TEST_SEAMS": "1",
             **env,
         }
 

@@ -116,6 +116,12 @@ def _check_target(alias: Alias | None, version: AdapterVersion) -> None:
         )
 
 
+def hold(alias: Alias, holder: str) -> None:
+    """Mark ``alias`` (locked by the caller) as driven by ``holder`` ("" releases it)."""
+    alias.held_by = holder
+    alias.save(update_fields=["held_by", "updated_at"])
+
+
 def _record(alias: Alias, action: str, principal: Principal, reason: str, before, **fields):
     AliasEvent.objects.create(
         alias=alias,
@@ -145,14 +151,31 @@ def _authorize(principal: Principal, tenant: Tenant) -> None:
         raise NotFound(f"no tenant '{tenant.slug}' that you belong to")
 
 
+def _check_hold(alias: Alias | None, holder: str) -> None:
+    """A held alias (a release drives it) moves only by its holder: a move by hand would
+    fight the release's next step, so it is refused, naming the release and what to do."""
+    if alias is not None and alias.held_by and alias.held_by != holder:
+        raise Conflict(
+            f"alias '{alias.name}' is being moved by {alias.held_by}; pause it to hold the "
+            f"split, or promote or abort it from its page before moving the alias by hand"
+        )
+
+
 @transaction.atomic
 def set_alias(
-    *, principal: Principal, tenant: Tenant, name: str, version_id: int, reason: str = ""
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    name: str,
+    version_id: int,
+    reason: str = "",
+    holder: str = "",
 ) -> Alias:
     """Point ``name`` at an approved version (creating the alias on first use)."""
     _authorize(principal, tenant)
     version = _tenant_version(tenant, version_id)
     alias = _locked_alias_or_none(tenant, name)
+    _check_hold(alias, holder)
     if alias is None:
         try:
             slug_validator(name)
@@ -210,6 +233,7 @@ def set_canary(
     percent: int = 0,
     api_keys: list[str] | None = None,
     reason: str = "",
+    holder: str = "",
 ) -> Alias:
     """Send ``percent`` of request keys (and always the listed API keys) to a second version.
 
@@ -217,6 +241,7 @@ def set_canary(
     """
     _authorize(principal, tenant)
     alias = _locked_alias(tenant, name)
+    _check_hold(alias, holder)
     before = _snapshot(alias)
     if version_id is None:
         if alias.canary_version_id is None:
@@ -260,6 +285,7 @@ def set_shadow(
     percent: int = 0,
     keep_examples: bool = False,
     reason: str = "",
+    holder: str = "",
 ) -> Alias:
     """Mirror ``percent`` of the alias's requests (stable and canary alike) to a version, off
     the response path: callers get the live answer; the shadow's is only compared. With
@@ -268,6 +294,7 @@ def set_shadow(
     ``version_id=None`` clears the shadow."""
     _authorize(principal, tenant)
     alias = _locked_alias(tenant, name)
+    _check_hold(alias, holder)
     before = _snapshot(alias)
     if version_id is None:
         if alias.shadow_version_id is None:
@@ -291,10 +318,13 @@ def set_shadow(
 
 
 @transaction.atomic
-def promote_alias(*, principal: Principal, tenant: Tenant, name: str, reason: str = "") -> Alias:
+def promote_alias(
+    *, principal: Principal, tenant: Tenant, name: str, reason: str = "", holder: str = ""
+) -> Alias:
     """Make the canary the stable version and clear the canary."""
     _authorize(principal, tenant)
     alias = _locked_alias(tenant, name)
+    _check_hold(alias, holder)
     if alias.canary_version is None:
         raise Conflict(f"alias '{name}' has no canary to promote")
     _check_target(alias, alias.canary_version)
@@ -332,10 +362,13 @@ def previous_stable_version(alias: Alias) -> AdapterVersion | None:
 
 
 @transaction.atomic
-def rollback_alias(*, principal: Principal, tenant: Tenant, name: str, reason: str = "") -> Alias:
+def rollback_alias(
+    *, principal: Principal, tenant: Tenant, name: str, reason: str = "", holder: str = ""
+) -> Alias:
     """One call: point the alias back at the previous stable version and clear the canary."""
     _authorize(principal, tenant)
     alias = _locked_alias(tenant, name)
+    _check_hold(alias, holder)
     target = previous_stable_version(alias)
     if target is None:
         raise Conflict(f"alias '{name}' has no earlier version to roll back to")

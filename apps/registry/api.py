@@ -120,6 +120,7 @@ class AliasOut(Schema):
     shadow_version: VersionRef | None
     shadow_percent: int
     shadow_keep_examples: bool
+    held_by: str  # e.g. "release #3" while a release drives the alias ("" otherwise)
     updated_at: datetime
     history: list[AliasEventOut]
 
@@ -198,6 +199,7 @@ def alias_out(alias: Alias) -> dict:
         "shadow_version": _ref(alias.shadow_version),
         "shadow_percent": alias.shadow_percent,
         "shadow_keep_examples": alias.shadow_keep_examples,
+        "held_by": alias.held_by,
         "updated_at": alias.updated_at,
         "history": [
             {

@@ -112,6 +112,13 @@ def cache_state(node: NodeClient) -> dict:
     return _call(node, "GET", "/internal/cache")
 
 
+def alias_table(node: NodeClient, *, tenant: str, alias: str) -> dict:
+    """What ``node`` serves for a tenant's alias right now (``/internal/alias``)."""
+    from urllib.parse import urlencode
+
+    return _call(node, "GET", "/internal/alias?" + urlencode({"tenant": tenant, "alias": alias}))
+
+
 def act(node: NodeClient, verb: str, *, version_id: int, tier: str, route: str = "") -> dict:
     """``/internal/warm`` or ``/internal/evict`` of one version; through a router, ``route``
     is the routing key HAProxy hashes (``route_key``)."""

@@ -328,6 +328,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/alias", internal.alias),
             Route("/internal/prewarm", internal.prewarm, methods=["POST"]),
             Route("/internal/generate", internal.generate, methods=["POST"]),
+            Route("/internal/test-seams/faults", internal.test_seam_faults, methods=["POST"]),
         ],
         lifespan=lifespan,
     )

@@ -26,6 +26,7 @@ from apps.serving.node.engine import Engine
 from apps.serving.node.lookups import Caller, Lookups
 from apps.serving.node.prewarm import Prewarm
 from apps.serving.node.requests import RequestPath
+from apps.serving.node.seams import Fault
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
@@ -225,6 +226,26 @@ class InternalApi:
             return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)
+
+    async def test_seam_faults(self, request: Request) -> Response:
+        """A test seam (``seams.py``): make one version's requests fail or answer late. 404
+        unless the node started with LORAHUB_TEST_SEAMS=1."""
+        try:
+            self._check(request)
+            if not self.requests.seams.enabled:
+                raise oai.ApiError(404, "not found", code="not_found")
+            body = await self._body(request)
+            if not isinstance(body.get("version_id"), int):
+                raise oai.ApiError(400, "version_id must be an integer", code="bad_version")
+            fault = Fault(error=bool(body.get("error")), delay_ms=int(body.get("delay_ms") or 0))
+        except (TypeError, ValueError):
+            return self._error(oai.ApiError(400, "delay_ms must be an integer", code="bad_delay"))
+        except oai.ApiError as exc:
+            return self._error(exc)
+        self.requests.seams.set(body["version_id"], fault)
+        return _json(
+            {"version_id": body["version_id"], "error": fault.error, "delay_ms": fault.delay_ms}
+        )
 
     async def prewarm(self, request: Request) -> Response:
         """Run the start-up prewarm now (after a deploy, or a cleared cache)."""

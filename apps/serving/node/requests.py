@@ -46,6 +46,7 @@ from apps.serving.node.engine import (
 )
 from apps.serving.node.lookups import UNKNOWN, Caller, Lookups
 from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.seams import Seams
 from apps.serving.node.shadow import Answer, Mirrored, Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
@@ -191,6 +192,7 @@ class RequestPath:
         self.admission, self.cache, self.config = admission, cache, config
         self.metrics, self.stats = metrics, stats
         self.shadows: Shadows | None = None  # set by the assembly: it answers through here
+        self.seams = Seams()  # faults a test injects (LORAHUB_TEST_SEAMS only)
         self.shadow_headroom = 0  # slots a shadow copy leaves free for callers (its budget)
 
     # --- steps 1-3 -------------------------------------------------------------------------
@@ -434,6 +436,8 @@ class RequestPath:
                 trace.queue_ms = ticket.waited_ms
                 await self.cache.enter_engine(handle.lora_id if handle else None)
                 trace.active = handle is not None
+                if self.seams.faults:
+                    await self.seams.apply(trace.resolved.version_id if trace.resolved else None)
                 # the device slot is free for others as soon as vLLM is done with the request
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),

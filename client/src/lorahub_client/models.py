@@ -111,6 +111,7 @@ class Alias(Model):
     shadow_version: VersionRef | None
     shadow_percent: int
     shadow_keep_examples: bool
+    held_by: str  # e.g. "release #3" while a release drives the alias
     updated_at: datetime
     history: list[AliasEvent]
 
