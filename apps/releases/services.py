@@ -327,7 +327,7 @@ def due(now: datetime | None = None) -> list[int]:
 
 def judge(release_id: int) -> str:
     """One judgement: what it concluded (``busy`` when another judge holds the release)."""
-    started = time.monotonic()
+    started = time.time()
     after: list[Callable[[], None]] = []
     with transaction.atomic():
         release = Release.objects.select_for_update(skip_locked=True).filter(pk=release_id).first()
@@ -470,36 +470,38 @@ def _roll_back(
         actor=actor,
         after={"reason": reason, "gates": values, "baseline": release.baseline.label},
     )
-    release_id = release.pk
+    release_id, actor_label = release.pk, actor.label if actor else "judge"
+    return lambda: cool_down(release_id, started=started, actor=actor_label)
 
-    def cool_down() -> None:
-        fresh = Release.objects.select_related("alias__tenant", "candidate", "baseline").get(
-            pk=release_id
-        )
-        followed = nodes.serving_only(fresh.alias, fresh.baseline)
-        to_baseline = time.monotonic() - started
-        cooled = nodes.cool(fresh.candidate)
-        slowest = max((s for s in followed.values() if s is not None), default=None)
-        timings = {
-            "judgement_to_last_node_baseline_only_ms": round(to_baseline * 1000, 1)
-            if slowest is not None and None not in followed.values()
-            else None,
-            "nodes_baseline_only_s": followed,
-            "cooled": cooled,
-        }
-        ReleaseEvent.objects.create(
-            release=fresh,
-            kind="cooled",
-            from_state=fresh.state,
-            to_state=fresh.state,
-            step=fresh.step,
-            actor=actor.label if actor else "judge",
-            note=f"{fresh.candidate.label} left the engine of every node (kept on disk)",
-            timings=timings,
-        )
-        logger.info("release %s rolled back; %s", release_id, timings)
 
-    return cool_down
+def cool_down(release_id: int, *, started: float, actor: str) -> None:
+    """After a rollback is committed: wait for every node to serve the baseline alone, then
+    take the candidate out of every node's engine (kept on disk); recorded with how long the
+    nodes took from ``started`` (``time.time()`` of the judgement or the abort)."""
+    fresh = Release.objects.select_related("alias__tenant", "candidate", "baseline").get(
+        pk=release_id
+    )
+    followed = nodes.serving_only(fresh.alias, fresh.baseline)
+    to_baseline = time.time() - started
+    cooled = nodes.cool(fresh.candidate)
+    timings = {
+        "judgement_to_last_node_baseline_only_ms": round(to_baseline * 1000, 1)
+        if followed and None not in followed.values()
+        else None,
+        "nodes_baseline_only_s": followed,
+        "cooled": cooled,
+    }
+    ReleaseEvent.objects.create(
+        release=fresh,
+        kind="cooled",
+        from_state=fresh.state,
+        to_state=fresh.state,
+        step=fresh.step,
+        actor=actor,
+        note=f"{fresh.candidate.label} left the engine of every node (kept on disk)",
+        timings=timings,
+    )
+    logger.info("release %s rolled back; %s", release_id, timings)
 
 
 # --- controls ---------------------------------------------------------------------------------
@@ -564,14 +566,15 @@ def promote_now(*, principal: Principal, release: Release) -> Release:
 
 
 def abort(*, principal: Principal, release: Release, reason: str = "") -> Release:
-    """Roll back by hand: the alias to the baseline alone, the candidate cooled."""
+    """Roll back by hand: the alias to the baseline alone; the worker then cools the candidate
+    (``tasks.cool_release``), so the person pressing the button does not wait for the nodes."""
     may_control(principal, release)
-    started = time.monotonic()
+    started = time.time()
     with transaction.atomic():
         release = _locked(release)
         if not release.is_active:
             raise Conflict(f"{release.holder} is {release.state}; there is nothing to abort")
-        cool_down = _roll_back(
+        _roll_back(
             release,
             state=S.ABORTED,
             reason=f"aborted by {principal.label}" + (f": {reason}" if reason else ""),
@@ -580,5 +583,19 @@ def abort(*, principal: Principal, release: Release, reason: str = "") -> Releas
             started=started,
         )
         release.save()
-    cool_down()
+        release_id, label = release.pk, principal.label
+        transaction.on_commit(lambda: _queue_cool_down(release_id, started, label))
     return release
+
+
+def _queue_cool_down(release_id: int, started: float, actor: str) -> None:
+    from lorahub.celery import app
+
+    try:
+        app.send_task(
+            "apps.releases.tasks.cool_release",
+            args=(release_id, started, actor),
+            ignore_result=True,
+        )
+    except Exception:  # the nodes still take an unused version out of the engine themselves
+        logger.warning("could not queue the cool-down of release %s", release_id)

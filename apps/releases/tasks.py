@@ -28,3 +28,8 @@ def judge_releases() -> dict[int, str]:
 @shared_task(name="apps.releases.tasks.judge_release", ignore_result=True)
 def judge_release(release_id: int) -> str:
     return services.judge(release_id)
+
+
+@shared_task(name="apps.releases.tasks.cool_release", ignore_result=True)
+def cool_release(release_id: int, started: float, actor: str) -> None:
+    services.cool_down(release_id, started=started, actor=actor)
