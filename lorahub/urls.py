@@ -16,4 +16,5 @@ urlpatterns = [
     path("", include("apps.registry.urls")),
     path("", include("apps.tenants.urls")),
     path("", include("apps.evaluations.urls")),
+    path("", include("apps.releases.urls")),
 ]

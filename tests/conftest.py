@@ -405,6 +405,32 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
         stop(proc)
 
 
+@pytest.fixture(scope="module")
+def judge_beat(celery_worker, tmp_path_factory) -> Iterator[None]:
+    """``celery beat`` with a 1 s tick, sending the release judge to the session's worker."""
+    schedule = tmp_path_factory.mktemp("beat") / "schedule"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "lorahub",
+            "beat",
+            "--loglevel",
+            "WARNING",
+            "--schedule",
+            str(schedule),
+        ],
+        env={**os.environ, "DATABASE_URL": child_database_url(), "LORAHUB_RELEASE_TICK_S": "1"},
+        cwd=ROOT,
+    )
+    try:
+        yield
+    finally:
+        stop(proc)
+
+
 # --- the vLLM engine -------------------------------------------------------------------------
 
 

@@ -3,50 +3,17 @@ to the session node, and helpers to read the node's cache and follow a release."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
-import pytest
 
 from apps.serving import demo_corpus as corpus
-from tests.conftest import NODE_INTERNAL_TOKEN, ROOT, child_database_url, stop
+from tests.conftest import NODE_INTERNAL_TOKEN
 
 QUESTION = corpus.UNSEEN_PROMPTS[1]
-
-
-@pytest.fixture(scope="module")
-def judge_beat(celery_worker) -> Iterator[None]:
-    """``celery beat`` with a 1 s tick, sending the judge to the session's worker."""
-    schedule = ROOT / "var" / f"beat-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "lorahub",
-            "beat",
-            "--loglevel",
-            "WARNING",
-            "--schedule",
-            str(schedule),
-        ],
-        env={**os.environ, "DATABASE_URL": child_database_url(), "LORAHUB_RELEASE_TICK_S": "1"},
-        cwd=ROOT,
-    )
-    try:
-        yield
-    finally:
-        stop(proc)
-        for leftover in schedule.parent.glob(schedule.name + "*"):
-            leftover.unlink(missing_ok=True)
 
 
 @dataclass

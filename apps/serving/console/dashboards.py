@@ -376,3 +376,42 @@ def shadow_evidence(alias: Alias) -> dict | None:
         "totals": _shadow_summary(rows.aggregate(**sums)),
         "minutes": per_minute,
     }
+
+
+def version_minutes(
+    *, tenant_id: int, alias: str, versions: list[str], since: datetime
+) -> dict[str, list[dict]]:
+    """Per version (by version string), its requests through ``alias`` per minute since
+    ``since``: each minute's ``summarize`` with ``t``, for charts of versions side by side."""
+    rows = (
+        RequestMinute.objects.filter(
+            tenant_id=tenant_id,
+            alias=alias,
+            version__in=versions,
+            minute__gte=since.replace(second=0, microsecond=0),
+        )
+        .values("minute", "version")
+        .annotate(**_sums())
+        .order_by("minute")
+    )
+    found: dict[str, list[dict]] = {version: [] for version in versions}
+    for row in rows:
+        found[row["version"]].append({"t": _aware(row["minute"]).isoformat(), **summarize(row)})
+    return found
+
+
+def shadow_minutes(
+    *, tenant_id: int, alias: str, shadow_version: str, since: datetime
+) -> list[dict]:
+    """The shadow's comparisons per minute since ``since`` (``_shadow_summary`` with ``t``)."""
+    rows = ShadowMinute.objects.filter(
+        tenant_id=tenant_id,
+        alias=alias,
+        shadow_version=shadow_version,
+        minute__gte=since.replace(second=0, microsecond=0),
+    )
+    sums = {name: Sum(name) for name in SHADOW_COUNTS}
+    return [
+        {"t": _aware(row["minute"]).isoformat(), **_shadow_summary(dict(row))}
+        for row in rows.values("minute").annotate(**sums).order_by("minute")
+    ]
