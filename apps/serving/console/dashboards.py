@@ -396,7 +396,9 @@ def version_minutes(
     )
     found: dict[str, list[dict]] = {version: [] for version in versions}
     for row in rows:
-        found[row["version"]].append({"t": _aware(row["minute"]).isoformat(), **summarize(dict(row))})
+        found[row["version"]].append(
+            {"t": _aware(row["minute"]).isoformat(), **summarize(dict(row))}
+        )
     return found
 
 
