@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from apps.releases import services
 from apps.releases.models import Release
 from apps.tenants.api import visible_tenant
 from apps.tenants.auth import API_AUTH, Principal
-from apps.tenants.errors import NotFound
+from apps.tenants.errors import Invalid, NotFound
 
 router = Router(tags=["releases"], auth=API_AUTH)
 
@@ -182,8 +183,15 @@ def get_release_defaults(request: HttpRequest, slug: str):
 
 
 @router.put("/tenants/{slug}/release-defaults", response=dict[str, Any])
-def put_release_defaults(request: HttpRequest, slug: str, body: dict[str, Any]):
-    """Set the tenant's overrides of the platform's plan (422 naming each bad field)."""
+def put_release_defaults(request: HttpRequest, slug: str):
+    """Set the tenant's overrides of the platform's plan: a JSON object of plan fields
+    (docs/releases.md), each checked by the plan itself (422 naming each bad field)."""
     tenant = visible_tenant(_principal(request), slug)
-    services.set_tenant_defaults(principal=_principal(request), tenant=tenant, plan=body)
+    try:
+        plan = json.loads(request.body or b"{}")
+    except ValueError:
+        plan = None
+    if not isinstance(plan, dict):
+        raise Invalid('send the plan\'s fields as one JSON object, e.g. {"interval_s": 10}')
+    services.set_tenant_defaults(principal=_principal(request), tenant=tenant, plan=plan)
     return services.effective_plan(tenant).model_dump(mode="json")

@@ -222,3 +222,44 @@ def test_login_stores_the_key_readable_by_the_user_only_and_env_overrides_it(
     wrong = lorahub("login", "--url", live_server.url, "--api-key", "lh_bad", url="")
     assert wrong.exit_code == 3 and "invalid API key" in wrong.stderr
     assert json.loads(config.read_text())["api_key"] == tenant_key  # not replaced by a bad one
+
+
+def test_release_commands_start_follow_and_control_a_release(
+    registry, lorahub, admin_key, tenant_key, support_versions
+):
+    from lorahub_client.models import Release
+
+    def release(*args: str, key: str = admin_key, code: int = 0) -> Release:
+        ran = lorahub("release", *args, "--json", key=key)
+        assert ran.exit_code == code, ran.stderr
+        return Release.model_validate(ran.json())
+
+    assert lorahub("alias", "set", "support", "v1", key=admin_key).exit_code == 0
+    steps = '[{"percent": 10, "dwell_s": 600, "min_requests": 5}]'
+    bad = lorahub(
+        "release", "start", "support", "v2", "--set", "failure_threshold=0", "--json", key=admin_key
+    )
+    assert bad.exit_code == 3
+    assert "failure_threshold: Input should be greater than or equal to 1" in bad.stderr
+    refused = lorahub("release", "start", "support", "v2", key=tenant_key)  # a member key
+    assert refused.exit_code == 3 and "only an admin of tenant 'tenant-a'" in refused.stderr
+
+    started = release(
+        "start", "support", "v2", "--set", "prewarm=false", "--set", f"canary_steps={steps}"
+    )
+    assert (started.state, started.canary_percent, started.candidate) == (
+        "canary",
+        10,
+        "support@v2",
+    )
+    assert release("status", "support").id == started.id  # an alias names its active release
+    assert release("pause", str(started.id)).state == "paused"
+    assert release("resume", "support").state == "canary"
+    listed = lorahub("release", "list", "--active", "--json", key=admin_key)
+    assert [r["id"] for r in listed.json()] == [started.id]
+    aborted = release("abort", str(started.id), "--reason", "from CI")
+    assert aborted.state == "aborted" and aborted.outcome.endswith("from CI")
+    watched = release("watch", str(started.id), code=3)  # ended, not promoted: exit 3
+    assert watched.state == "aborted"
+    gone = lorahub("release", "status", "support", key=admin_key)
+    assert gone.exit_code == 4 and "has no active release" in gone.stderr

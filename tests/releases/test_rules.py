@@ -384,3 +384,29 @@ def test_two_judges_at_once_move_the_release_once(
     assert sorted(outcomes) in (["advance", "busy"], ["advance", "hold"])
     assert ReleaseEvent.objects.filter(release=release, kind="advance").count() == 1
     assert Alias.objects.get(pk=alias.pk).canary_percent == 100
+
+
+def test_tenant_defaults_are_the_start_of_every_plan(alias, support_versions, alice, tenant_a):
+    client = Client()
+    assert client.login(username="alice", password="alice-pass-123")
+    bad = client.put(
+        "/api/tenants/tenant-a/release-defaults",
+        {"shadow_percent": 120},
+        content_type="application/json",
+    )
+    assert bad.status_code == 422 and set(bad.json()["fields"]) == {"shadow_percent"}
+    good = client.put(
+        "/api/tenants/tenant-a/release-defaults",
+        {"shadow_percent": 10, "failure_threshold": 3},
+        content_type="application/json",
+    )
+    assert good.status_code == 200 and good.json()["shadow_percent"] == 10
+    release = services.start(
+        principal=alice,
+        alias=alias,
+        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
+        plan={"failure_threshold": 4, "prewarm": False},
+    )
+    assert (release.plan["shadow_percent"], release.plan["failure_threshold"]) == (10, 4)
+    assert release.state == "shadowing"  # the tenant's shadow, then the release's own fields
+    assert AuditEvent.objects.filter(action="release.defaults").count() == 1

@@ -47,6 +47,7 @@ from lorahub_client.models import (
     EvaluationSet,
     Me,
     NewApiKey,
+    Release,
     SetRevision,
     Version,
 )
@@ -83,6 +84,13 @@ ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
     "create_key": ("POST", "/api/tenants/{slug}/keys", NewApiKey, False),
     "revoke_key": ("DELETE", "/api/tenants/{slug}/keys/{prefix}", ApiKey, False),
     "audit": ("GET", "/api/audit", AuditEvent, True),
+    "start_release": ("POST", "/api/aliases/{name}/releases", Release, False),
+    "releases": ("GET", "/api/releases", Release, True),
+    "release": ("GET", "/api/releases/{release_id}", Release, False),
+    "pause_release": ("POST", "/api/releases/{release_id}/pause", Release, False),
+    "resume_release": ("POST", "/api/releases/{release_id}/resume", Release, False),
+    "promote_release": ("POST", "/api/releases/{release_id}/promote", Release, False),
+    "abort_release": ("POST", "/api/releases/{release_id}/abort", Release, False),
 }
 
 # What a PEFT folder holds that the registry takes: its config and safetensors weights. Pickled
@@ -469,6 +477,60 @@ class Client:
                 raise TimedOut(
                     f"evaluation run {run_id} is still {run.state} after {timeout:.0f} s"
                 )
+            self._sleep(poll)
+
+    # --- releases (admin keys) -----------------------------------------------------------------
+
+    def start_release(
+        self, alias: str, version_id: int, *, plan: dict[str, Any] | None = None
+    ) -> Release:
+        """A progressive release of ``alias`` to ``version_id``: the tenant's default plan with
+        ``plan``'s fields over it (docs/releases.md); the server names any bad field."""
+        body = {"version_id": version_id, "plan": plan or {}}
+        return self._call("start_release", path={"name": alias}, json=body)
+
+    def releases(self, *, alias: str | None = None, active: bool = False) -> list[Release]:
+        params: dict[str, Any] = {"active": str(active).lower()}
+        if alias:
+            params["alias"] = alias
+        return self._call("releases", params=params)
+
+    def release(self, release_id: int) -> Release:
+        return self._call("release", path={"release_id": release_id})
+
+    def pause_release(self, release_id: int) -> Release:
+        return self._call("pause_release", path={"release_id": release_id})
+
+    def resume_release(self, release_id: int) -> Release:
+        return self._call("resume_release", path={"release_id": release_id})
+
+    def promote_release(self, release_id: int) -> Release:
+        return self._call("promote_release", path={"release_id": release_id})
+
+    def abort_release(self, release_id: int, *, reason: str = "") -> Release:
+        return self._call("abort_release", path={"release_id": release_id}, json={"reason": reason})
+
+    def watch_release(
+        self,
+        release_id: int,
+        *,
+        timeout: float = 7 * 86400.0,
+        poll: float = 2.0,
+        on_change: Callable[[Release], None] | None = None,
+    ) -> Release:
+        """Follow a release until it is promoted, rolled back or aborted."""
+        deadline = time.monotonic() + timeout
+        seen: tuple[str, int, int] | None = None
+        while True:
+            found = self.release(release_id)
+            now = (found.state, found.step, len(found.events))
+            if now != seen and on_change is not None:
+                on_change(found)
+            seen = now
+            if found.finished:
+                return found
+            if time.monotonic() >= deadline:
+                raise TimedOut(f"release {release_id} is still {found.state} after {timeout:.0f} s")
             self._sleep(poll)
 
     # --- keys and the audit log (admin keys) -------------------------------------------------

@@ -205,3 +205,43 @@ class CaseResult(Model):
     baseline_ttft_ms: float | None
     candidate_error: str
     baseline_error: str
+
+
+class ReleaseEvent(Model):
+    SERVER_NAME = "ReleaseEventOut"
+    at: datetime
+    kind: str
+    from_state: str
+    to_state: str
+    step: int
+    gates: list[dict[str, Any]]
+    note: str
+    actor: str
+    timings: dict[str, Any]
+
+
+class Release(Model):
+    SERVER_NAME = "ReleaseOut"
+    id: int
+    tenant: str
+    alias: str
+    candidate: str
+    candidate_version_id: int
+    baseline: str
+    baseline_version_id: int
+    state: str
+    paused_from: str
+    step: int
+    steps: int
+    canary_percent: int
+    plan: dict[str, Any]
+    consecutive_failures: int
+    last_check: dict[str, Any]
+    outcome: str
+    created_at: datetime
+    finished_at: datetime | None
+    events: list[ReleaseEvent]
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("promoted", "rolled_back", "aborted")
