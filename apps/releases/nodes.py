@@ -16,6 +16,9 @@ FOLLOW_TIMEOUT_S = 15.0
 
 
 def ready_nodes() -> list[node_client.NodeClient]:
+    """The nodes that serve: ready ones (a lost or starting node has nothing to follow or to
+    cool, and would only make the judge wait for its timeout), and those only listed in
+    LORAHUB_NODES (state unknown)."""
     return [n for n in node_client.configured_nodes() if n.state in ("", "ready")]
 
 
@@ -37,7 +40,7 @@ def cool(version: AdapterVersion) -> dict[str, str]:
     disk copy for a later retry; a node still answering with it is asked again until its
     requests end. Returns each node's outcome."""
     outcome = {}
-    for node in node_client.configured_nodes():
+    for node in ready_nodes():
         deadline = time.monotonic() + COOL_TIMEOUT_S
         while True:
             try:
@@ -59,7 +62,7 @@ def serving_only(alias: Alias, version: AdapterVersion) -> dict[str, float | Non
     """Seconds until each node's alias table serves ``version`` alone (no canary, no shadow):
     None for a node that had not within the timeout (or did not answer)."""
     started = time.monotonic()
-    waiting = {n.name: n for n in node_client.configured_nodes()}
+    waiting = {n.name: n for n in ready_nodes()}
     found: dict[str, float | None] = {}
     while waiting and time.monotonic() - started < FOLLOW_TIMEOUT_S:
         for name, node in list(waiting.items()):

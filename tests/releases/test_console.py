@@ -48,7 +48,7 @@ def test_a_bad_field_is_shown_beside_it_and_nothing_starts(tenant_a, support_ver
     assert 'value="50, 25"' in page  # what was typed stays in the form
 
 
-def test_start_follow_and_abort_from_the_console(tenant_a, tenant_b, support_versions):
+def test_start_follow_and_abort_from_the_console(tenant_a, tenant_b, operator, support_versions):
     make_alias(tenant_a, support_versions)
     alice = user_client("alice", "alice-pass-123")
     started = alice.post(
@@ -63,6 +63,10 @@ def test_start_follow_and_abort_from_the_console(tenant_a, tenant_b, support_ver
     alias_page = alice.get("/t/tenant-a/aliases/support/").content.decode()
     assert f'Release <a href="/releases/{release.pk}/">#{release.pk}</a> is moving' in alias_page
     assert "canary" in alice.get("/t/tenant-a/releases/").content.decode()
+
+    otto = user_client("otto", "otto-pass-123")
+    listing = otto.get("/operator/releases/?active=1").content.decode()
+    assert f'href="/releases/{release.pk}/">#{release.pk}</a></td><td>tenant-a</td>' in listing
 
     bob = user_client("bob", "bob-pass-123")
     assert bob.get(f"/releases/{release.pk}/").status_code == 404
