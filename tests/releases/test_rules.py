@@ -65,6 +65,21 @@ def requests(alias: Alias, version: str, n: int, *, status=200, ttft=100.0, **fi
     )
 
 
+def start_v2(alice, alias: Alias, support_versions, plan: dict = FAST) -> Release:
+    """A release of ``alias`` to v2 with ``plan``."""
+    candidate = AdapterVersion.objects.get(pk=support_versions["v2"])
+    return services.start(principal=alice, alias=alias, candidate=candidate, plan=plan)
+
+
+def ready_to_advance(alice, alias: Alias, support_versions) -> Release:
+    """A FAST release at canary step 1 with enough healthy traffic, its dwell over."""
+    release = start_v2(alice, alias, support_versions)
+    requests(alias, "v1", 20)
+    requests(alias, "v2", 6)
+    backdate(release)
+    return release
+
+
 def backdate(release: Release, seconds: float = 2) -> None:
     """As if the step began ``seconds`` ago (its dwell is over)."""
     Release.objects.filter(pk=release.pk).update(
@@ -129,12 +144,7 @@ def test_the_rest_api_names_the_bad_fields_and_stores_nothing(alias, support_ver
 def test_a_release_holds_its_alias_against_hand_moves_and_is_the_only_one(
     alias, support_versions, alice, tenant_a
 ):
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
+    release = start_v2(alice, alias, support_versions)
     assert release.state == "canary"  # no prewarm, no sets, no shadow: straight to step 1
     held = Alias.objects.get(pk=alias.pk)
     assert (held.held_by, held.canary_version_id, held.canary_percent) == (
@@ -170,12 +180,7 @@ def test_a_release_holds_its_alias_against_hand_moves_and_is_the_only_one(
 
 
 def test_a_canary_step_waits_for_traffic_then_moves_on_and_promotes(alias, support_versions, alice):
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
+    release = start_v2(alice, alias, support_versions)
     requests(alias, "v1", 20)
     requests(alias, "v2", 2)
     backdate(release)
@@ -216,12 +221,7 @@ def test_a_canary_step_waits_for_traffic_then_moves_on_and_promotes(alias, suppo
 
 
 def test_failure_threshold_failed_checks_in_a_row_roll_back(alias, support_versions, alice):
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
+    release = start_v2(alice, alias, support_versions)
     requests(alias, "v1", 50)
     requests(alias, "v2", 6, status=500)
     assert services.judge(release.pk) == "fail"
@@ -249,11 +249,11 @@ def test_failure_threshold_failed_checks_in_a_row_roll_back(alias, support_versi
 def test_a_passing_check_resets_the_count_and_quality_markers_are_judged(
     alias, support_versions, alice
 ):
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan={**FAST, "canary_steps": [{"percent": 10, "dwell_s": 600, "min_requests": 5}]},
+    release = start_v2(
+        alice,
+        alias,
+        support_versions,
+        {**FAST, "canary_steps": [{"percent": 10, "dwell_s": 600, "min_requests": 5}]},
     )
     requests(alias, "v1", 50)
     requests(alias, "v2", 5, finish_reason="length")  # every answer cut by max_tokens
@@ -265,12 +265,7 @@ def test_a_passing_check_resets_the_count_and_quality_markers_are_judged(
 
 
 def test_pause_holds_the_split_resume_continues_abort_rolls_back(alias, support_versions, alice):
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
+    release = start_v2(alice, alias, support_versions)
     services.pause(principal=alice, release=release)
     requests(alias, "v1", 20)
     requests(alias, "v2", 20)
@@ -297,12 +292,7 @@ def test_members_may_not_control_releases(alias, support_versions, alice, tenant
     from apps.tenants import services as tenant_services
     from apps.tenants.choices import TenantRole
 
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
+    release = start_v2(alice, alias, support_versions)
     mia = tenant_services.ensure_user(username="mia", password="mia-pass-123")
     tenant_services.add_member(tenant=tenant_a, user=mia, role=TenantRole.MEMBER)
     client = Client()
@@ -322,15 +312,7 @@ def test_a_judgement_that_dies_half_way_leaves_the_release_and_alias_as_they_wer
     alias = aliases.set_alias(
         principal=alice, tenant=tenant_a, name="support", version_id=support_versions["v1"]
     )
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
-    requests(alias, "v1", 20)
-    requests(alias, "v2", 6)
-    backdate(release)
+    release = ready_to_advance(alice, alias, support_versions)
 
     def dies(*args, **kwargs):
         raise SystemExit("the worker was killed")
@@ -355,15 +337,7 @@ def test_two_judges_at_once_move_the_release_once(
     alias = aliases.set_alias(
         principal=alice, tenant=tenant_a, name="support", version_id=support_versions["v1"]
     )
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan=FAST,
-    )
-    requests(alias, "v1", 20)
-    requests(alias, "v2", 6)
-    backdate(release)
+    release = ready_to_advance(alice, alias, support_versions)
     outcomes: list[str] = []
     barrier = threading.Barrier(2)
 
@@ -401,12 +375,7 @@ def test_tenant_defaults_are_the_start_of_every_plan(alias, support_versions, al
         content_type="application/json",
     )
     assert good.status_code == 200 and good.json()["shadow_percent"] == 10
-    release = services.start(
-        principal=alice,
-        alias=alias,
-        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
-        plan={"failure_threshold": 4, "prewarm": False},
-    )
+    release = start_v2(alice, alias, support_versions, {"failure_threshold": 4, "prewarm": False})
     assert (release.plan["shadow_percent"], release.plan["failure_threshold"]) == (10, 4)
     assert release.state == "shadowing"  # the tenant's shadow, then the release's own fields
     assert AuditEvent.objects.filter(action="release.defaults").count() == 1
