@@ -308,6 +308,7 @@ def test_a_judgement_that_dies_half_way_leaves_the_release_and_alias_as_they_wer
 ):
     """As when the worker is killed mid-judgement: the alias move and the release's new step
     commit together or not at all, and the next judgement does the step again."""
+    monkeypatch.setattr(services, "queue_judgement", lambda release_id: None)  # only ours judge
     alice = principal_for_user(get_user_model().objects.get(username="alice"))
     alias = aliases.set_alias(
         principal=alice, tenant=tenant_a, name="support", version_id=support_versions["v1"]
@@ -317,13 +318,14 @@ def test_a_judgement_that_dies_half_way_leaves_the_release_and_alias_as_they_wer
     def dies(*args, **kwargs):
         raise SystemExit("the worker was killed")
 
+    audit = services._audit
     monkeypatch.setattr(services, "_audit", dies)
     with pytest.raises(SystemExit):
         services.judge(release.pk)
     release.refresh_from_db()
     assert (release.state, release.step) == ("canary", 0)
     assert Alias.objects.get(pk=alias.pk).canary_percent == 10  # the step-2 move rolled back
-    monkeypatch.undo()
+    monkeypatch.setattr(services, "_audit", audit)  # the next worker is not killed
     assert services.judge(release.pk) == "advance"
     assert Alias.objects.get(pk=alias.pk).canary_percent == 100
     assert ReleaseEvent.objects.filter(release=release, kind="advance").count() == 1
@@ -331,8 +333,9 @@ def test_a_judgement_that_dies_half_way_leaves_the_release_and_alias_as_they_wer
 
 @pytest.mark.django_db(transaction=True)
 def test_two_judges_at_once_move_the_release_once(
-    support_versions, tenant_a, signing_key, reviewer
+    support_versions, tenant_a, signing_key, reviewer, monkeypatch
 ):
+    monkeypatch.setattr(services, "queue_judgement", lambda release_id: None)  # only ours judge
     alice = principal_for_user(get_user_model().objects.get(username="alice"))
     alias = aliases.set_alias(
         principal=alice, tenant=tenant_a, name="support", version_id=support_versions["v1"]
