@@ -4,6 +4,8 @@ itself, and its abort button rolls it back."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -29,7 +31,7 @@ def test_a_release_started_on_the_alias_page_advances_and_is_aborted_on_its_page
     form.locator("select[name=version_id]").select_option(str(published["v3"]))
     form.locator("input[name=prewarm]").uncheck()
     form.locator("input[name=canary_steps]").fill("30, 40, 50, 60, 70, 80, 90, 100")
-    form.locator("input[name=dwell_s]").fill("3")
+    form.locator("input[name=dwell_s]").fill("5")
     form.locator("input[name=min_requests]").fill("2")
     form.locator("input[name=interval_s]").fill("1")
     with Traffic(node_url, key):
@@ -37,7 +39,8 @@ def test_a_release_started_on_the_alias_page_advances_and_is_aborted_on_its_page
         confirm(page)
         state = page.locator("#release-state")
         expect(state).to_contain_text("step 1 of 8")
-        expect(state).to_contain_text("step 2 of 8", timeout=30_000)  # the page follows by itself
+        # the page follows by itself (a slow reload may land a step or two later)
+        expect(state).to_contain_text(re.compile(r"step [2-7] of 8"), timeout=30_000)
         expect(page.locator("body")).to_have_attribute("data-release-drawn", "1")
         expect(page.locator("#release-timeline tr[data-kind=advance]").first).to_contain_text(
             "canary requests"
