@@ -136,11 +136,13 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
     enough = candidate.requests >= step.min_requests
     waiting = f"{candidate.requests} of {step.min_requests} requests"
     gates = [
-        compare(
+        Gate(
             "canary requests",
+            PASS if enough else WAIT,
             candidate.requests,
-            ">=",
             step.min_requests,
+            ">=",
+            "" if enough else waiting,
         ),
         compare(
             "canary error rate",
@@ -171,10 +173,6 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
             else waiting,
         ),
     ]
-    if not enough:
-        gates[0] = Gate(
-            "canary requests", WAIT, candidate.requests, step.min_requests, ">=", waiting
-        )
     dwell_over = (now - release.step_started_at).total_seconds() >= step.dwell_s
     return gates, conclude(gates, dwell_over=dwell_over)
 

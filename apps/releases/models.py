@@ -30,7 +30,7 @@ class Release(models.Model):
     step = models.PositiveSmallIntegerField(default=0)  # the canary step (0-based)
     step_started_at = models.DateTimeField()  # the evidence window of the current step
     consecutive_failures = models.PositiveSmallIntegerField(default=0)
-    # per-phase bookkeeping: the evaluation runs started, the canary phase's start
+    # per-phase bookkeeping: the evaluation runs the release started
     evidence = models.JSONField(default=dict, blank=True)
     last_check = models.JSONField(default=dict, blank=True)  # the latest judgement, verbatim
     last_judged_at = models.DateTimeField(null=True, blank=True)

@@ -286,8 +286,6 @@ def _enter(release: Release, plan: Plan, phase: str, step: int) -> None:
         alias.refresh_from_db()
         if alias.shadow_version_id is not None:
             aliases.set_shadow(**moves, version_id=None, reason=f"{release.holder}: shadow done")
-        if step == 0:
-            release.evidence = {**release.evidence, "canary_started_at": timezone.now().isoformat()}
         if alias.canary_version_id != release.candidate_id or alias.canary_percent != percent:
             aliases.set_canary(
                 **moves,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -254,21 +255,13 @@ def push(
     if not as_json:
         say(f"uploaded {found.label} (id {found.id}); validating")
     if wait:
-        with err.status("validating", spinner="dots") if not as_json else _nothing():
+        with err.status("validating", spinner="dots") if not as_json else nullcontext():
             found = api.wait_for_verdict(found.id, timeout=timeout)
         if not as_json:
             say(f"{found.label} (id {found.id}) is {found.state.replace('_', ' ')}")
     emit(as_json, found)
     if not as_json and not wait:
         out.print(f"{found.id}")
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # --- versions --------------------------------------------------------------------------------
