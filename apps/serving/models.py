@@ -42,13 +42,9 @@ class RequestLog(models.Model):
         return f"{self.at:%H:%M:%S} {self.alias or '-'} {self.status}"
 
 
-class RollupCounts(models.Model):
-    """What a rollup row counts for one tenant/alias/version over its period."""
+class Counts(models.Model):
+    """What a rollup row counts over its period (the histograms are added below)."""
 
-    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.CASCADE, related_name="+")
-    alias = models.CharField(max_length=63, blank=True)
-    adapter_id = models.CharField(max_length=63, blank=True)
-    version = models.CharField(max_length=64, blank=True)
     requests = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     degraded = models.PositiveIntegerField(default=0)
@@ -73,6 +69,18 @@ class RollupCounts(models.Model):
     json_requests = models.PositiveIntegerField(default=0)
     json_invalid = models.PositiveIntegerField(default=0)
     json_mismatched = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class RollupCounts(Counts):
+    """The counts of one tenant/alias/version."""
+
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.CASCADE, related_name="+")
+    alias = models.CharField(max_length=63, blank=True)
+    adapter_id = models.CharField(max_length=63, blank=True)
+    version = models.CharField(max_length=64, blank=True)
 
     class Meta:
         abstract = True
@@ -119,9 +127,27 @@ class RequestRollup(RollupCounts):
         return f"{self.start:%Y-%m-%d %H:%M} +{self.step_s}s {self.alias} x{self.requests}"
 
 
+class PlatformRollup(Counts):
+    """Every tenant's counts together per minute, 5 minutes and hour (``step_s`` 60, 300,
+    3600), written with the per-tenant rows: the operator's charts read one row per step
+    instead of grouping every tenant's and alias's rows at read time (a day of minutes for
+    100 tenants of 10 aliases is 1.4 million rows; here it is 1,440)."""
+
+    step_s = models.PositiveIntegerField()
+    start = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["step_s", "start"], name="one_platform_row_per_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.start:%Y-%m-%d %H:%M} +{self.step_s}s platform x{self.requests}"
+
+
 # Latency histograms (``histograms.BOUNDS_MS``): ttft_b00..b15, load_l3_b00.., load_l4_b00..,
 # one count per bucket, so that percentiles over any range are sums of columns.
-for _model in (RequestMinute, RequestRollup):
+for _model in (RequestMinute, RequestRollup, PlatformRollup):
     for _prefix in HISTOGRAMS:
         for _name in bucket_fields(_prefix):
             _model.add_to_class(_name, models.PositiveIntegerField(default=0))

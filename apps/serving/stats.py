@@ -18,11 +18,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, Max, Sum
 
 from apps.serving.histograms import bucket_of
 from apps.serving.models import (
     CacheMinute,
+    PlatformRollup,
     RequestLog,
     RequestMinute,
     RequestRollup,
@@ -228,6 +229,7 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             batch_size=BATCH,
         )
         coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        platform: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for (minute, *rest), sums in rollups.items():
             _add(
                 RequestMinute, {"minute": minute, **dict(zip(KEY_FIELDS, rest, strict=True))}, sums
@@ -235,9 +237,13 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             for step in ROLLUP_STEPS:
                 start = _step_start(minute, step)
                 _merge(coarse[(step, start, *rest)], sums)
+            for step in PLATFORM_STEPS:
+                _merge(platform[(step, _step_start(minute, step))], sums)
         for (step, start, *rest), sums in coarse.items():
             key = {"step_s": step, "start": start, **dict(zip(KEY_FIELDS, rest, strict=True))}
             _add(RequestRollup, key, sums)
+        for (step, start), sums in sorted(platform.items()):  # one order: no deadlocks
+            _add(PlatformRollup, {"step_s": step, "start": start}, sums)
 
 
 def _count_markers(row: dict[str, float], r: RequestRecord) -> None:
@@ -254,6 +260,7 @@ def _count_markers(row: dict[str, float], r: RequestRecord) -> None:
 
 KEY_FIELDS = ("tenant_id", "alias", "adapter_id", "version")
 ROLLUP_STEPS = (300, 3600)  # the coarser rollups (RequestRollup) beside the minute rows
+PLATFORM_STEPS = (60, *ROLLUP_STEPS)  # every tenant together (PlatformRollup)
 
 
 def _step_start(moment: datetime, step: int) -> datetime:
@@ -325,9 +332,14 @@ def _increment(model, key: dict, sums: dict[str, float], peak: float) -> bool:
         return cursor.rowcount > 0
 
 
-def rebuild_rollups(minute_model=RequestMinute, rollup_model=RequestRollup) -> int:
-    """Recompute every 5-minute and hourly rollup from the minute rows (after a bulk load, or
-    for rows written before the coarser rollups existed). Returns the rows written."""
+def rebuild_rollups(
+    minute_model=RequestMinute,
+    rollup_model=RequestRollup,
+    platform_model: Any = PlatformRollup,
+) -> int:
+    """Recompute every 5-minute and hourly rollup and the platform-wide rows from the minute
+    rows (after a bulk load, or for rows written before those existed). Returns the rows
+    written."""
     counted = [
         f.name
         for f in minute_model._meta.concrete_fields
@@ -350,7 +362,33 @@ def rebuild_rollups(minute_model=RequestMinute, rollup_model=RequestRollup) -> i
         ],
         batch_size=2000,
     )
-    return len(coarse)
+    if platform_model is None:  # migrations before the platform rows existed
+        return len(coarse)
+    return len(coarse) + rebuild_platform_rollups(minute_model, platform_model)
+
+
+def rebuild_platform_rollups(minute_model=RequestMinute, platform_model=PlatformRollup) -> int:
+    """Recompute every platform-wide row from the minute rows, summed in the database per
+    minute; 5-minute and hourly rows are folded from those. Returns the rows written."""
+    counted = [
+        f.name
+        for f in minute_model._meta.concrete_fields
+        if f.name not in ("id", "minute", "tenant", *KEY_FIELDS)
+    ]
+    sums_of = {name: (Max(name) if name == "ttft_ms_max" else Sum(name)) for name in counted}
+    steps: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    rows = minute_model.objects.values("minute").annotate(**sums_of).order_by("minute")
+    for row in rows.iterator(chunk_size=5000):
+        minute = row.pop("minute")
+        sums = {name: value or 0 for name, value in row.items()}
+        for step in PLATFORM_STEPS:
+            _merge(steps[(step, _step_start(minute, step))], sums)
+    platform_model.objects.all().delete()
+    platform_model.objects.bulk_create(
+        [platform_model(step_s=step, start=start, **sums) for (step, start), sums in steps.items()],
+        batch_size=2000,
+    )
+    return len(steps)
 
 
 def write_cache_minutes(node: str, rows: dict[tuple[datetime, int | None], dict[str, int]]) -> None:
@@ -379,6 +417,7 @@ def purge_old_statistics() -> tuple[int, int]:
     horizon = now - timedelta(days=settings.LORAHUB_ROLLUP_RETENTION_DAYS)
     rollups, _ = RequestMinute.objects.filter(minute__lt=horizon).delete()
     RequestRollup.objects.filter(start__lt=horizon).delete()
+    PlatformRollup.objects.filter(start__lt=horizon).delete()
     CacheMinute.objects.filter(minute__lt=horizon).delete()
     ShadowMinute.objects.filter(minute__lt=horizon).delete()
     ShadowExample.objects.filter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Q, Sum
 
 from apps.serving.console import dashboards
 from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
@@ -186,3 +187,84 @@ def test_evictions_and_residency_changes_are_recorded_per_minute_and_carried_for
     assert day["warm"] == [3, 0] and day["evictions_l2"] == [1, 0] and day["hot"] == [1, 0]
     everyone = dashboards.cache_series(dashboards.RANGES["day"])
     assert sum(everyone["evictions_l3"]) == 1 and everyone["warm"] == []
+
+
+def test_the_platform_series_is_the_sum_of_every_tenants_and_reads_one_row_per_step(
+    tenant_a, tenant_b, django_assert_max_num_queries
+):
+    """The operator's charts read the platform-wide rows; they plot what the tenants' rows
+    add up to, in every range (minute, 5-minute and hourly steps)."""
+    from apps.serving.models import PlatformRollup
+
+    now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
+    records = []
+    for minute in range(150):  # two and a half hours, two tenants and the anonymous row
+        at = now - timedelta(minutes=minute, seconds=-5)
+        records.append(_record(tenant_a.id, at, ttft_ms=5 + minute % 40))
+        if minute % 3 == 0:
+            records.append(_record(tenant_b.id, at, ttft_ms=300, tier="L3", load_ms=90))
+        if minute % 7 == 0:
+            records.append(_record(None, at, status=401))
+    write_records("n1", records[: len(records) // 2])
+    write_records("n2", records[len(records) // 2 :])  # two nodes' batches add up
+    later = now + timedelta(minutes=2)
+    for key in ("hour", "day", "week", "90d"):
+        rng = dashboards.RANGES[key]
+        platform = dashboards.series(dashboards.PLATFORM, rng, now=later)
+        every_row = dashboards.series(dashboards.ALL_ROWS, rng, now=later)
+        assert platform == every_row, key
+        tenants = [
+            dashboards.series(dashboards.scope(tenant=t), rng, now=later)
+            for t in (tenant_a, tenant_b)
+        ]
+        anonymous = dashboards.series(Q(tenant=None), rng, now=later)
+        per_step: dict[str, int] = {}
+        for part in (*tenants, anonymous):
+            for t, n in zip(part["t"], part.get("requests", []), strict=True):
+                per_step[t] = per_step.get(t, 0) + n
+        assert dict(zip(platform["t"], platform["requests"], strict=True)) == per_step, key
+    steps = dict(PlatformRollup.objects.values_list("step_s").annotate(n=Sum("requests")))
+    assert steps == {60: len(records), 300: len(records), 3600: len(records)}
+    with django_assert_max_num_queries(2):  # the series and its totals
+        dashboards.series(dashboards.PLATFORM, dashboards.RANGES["day"], now=later)
+
+
+def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant_a, tenant_b):
+    from apps.serving.models import PlatformRollup
+    from apps.serving.stats import rebuild_platform_rollups
+
+    now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
+    write_records(
+        "n1", [_record(tenant_a.id, now + timedelta(minutes=m), ttft_ms=m) for m in range(70)]
+    )
+    write_records(
+        "n1", [_record(tenant_b.id, now + timedelta(minutes=m), ttft_ms=99) for m in range(9)]
+    )
+    fields = ["step_s", "start", "requests", "ttft_count", "ttft_ms_max", "ttft_b03", "hits_l1"]
+    written = sorted(PlatformRollup.objects.values_list(*fields))
+    assert len(written) == 70 + 14 + 2  # minutes, 5-minute steps, hours
+    rebuild_platform_rollups()
+    assert sorted(PlatformRollup.objects.values_list(*fields)) == written
+
+
+@pytest.mark.parametrize(
+    ("ages_min", "expected", "platform"),
+    [
+        ((), "day", "week"),  # tenant a has nothing at all; tenant b's request is 2 days old
+        ((3, 40), "hour", "hour"),  # a fresh install's first minutes
+        ((3, 200), "day", "day"),
+        ((60 * 30,), "week", "week"),  # quiet for a day, busy yesterday
+        ((60 * 24 * 20,), "90d", "week"),
+    ],
+)
+def test_a_dashboard_opens_on_the_range_that_holds_its_data(
+    tenant_a, tenant_b, ages_min, expected, platform
+):
+    from apps.serving.stats import rebuild_rollups
+
+    now = datetime.now(UTC)
+    write_records("n1", [_record(tenant_a.id, now - timedelta(minutes=m)) for m in ages_min])
+    write_records("n1", [_record(tenant_b.id, now - timedelta(days=2, minutes=5))])
+    rebuild_rollups()
+    assert dashboards.default_range(dashboards.scope(tenant=tenant_a)).key == expected
+    assert dashboards.default_range(dashboards.PLATFORM).key == platform

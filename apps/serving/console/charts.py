@@ -12,7 +12,7 @@ TIER_COLORS = {"l1": "#1b7f3b", "l2": "#3b82c4", "l3": "#c48a1b", "l4": "#b03a2e
 def _layout(title: str, y_title: str, **extra: Any) -> dict:
     return {
         "title": {"text": title, "font": {"size": 14}},
-        "margin": {"l": 55, "r": 15, "t": 40, "b": 40},
+        "margin": {"l": 55, "r": 30, "t": 40, "b": 40},  # r: room for the last date label
         "height": 280,
         "xaxis": {"type": "date"},
         "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},

@@ -20,6 +20,7 @@ from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
 from apps.serving.models import (
     CacheMinute,
+    PlatformRollup,
     RequestMinute,
     RequestRollup,
     ShadowExample,
@@ -47,7 +48,6 @@ RANGES = {
         Range("90d", "Last 90 days", timedelta(days=90), timedelta(hours=1)),
     )
 }
-DEFAULT_RANGE = "day"
 TIERS = ("l1", "l2", "l3", "l4")
 # the output-quality markers' counters (``apps/serving/quality.py``)
 MARKERS = (
@@ -85,7 +85,14 @@ def _aware(moment: datetime | str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def scope(*, tenant: Tenant | None = None, adapter_id: str = "") -> Q:
+PLATFORM = None  # the scope of every tenant together: the platform-wide rows
+ALL_ROWS = Q()  # every per-tenant row (a caller filters them further)
+
+
+def scope(*, tenant: Tenant | None = None, adapter_id: str = "") -> Q | None:
+    """The rows of one tenant (and adapter); with neither, ``PLATFORM``."""
+    if tenant is None and not adapter_id:
+        return PLATFORM
     q = Q()
     if tenant is not None:
         q &= Q(tenant=tenant)
@@ -94,12 +101,35 @@ def scope(*, tenant: Tenant | None = None, adapter_id: str = "") -> Q:
     return q
 
 
-def _source(rng: Range, start: datetime):
-    """The rows a range reads: minutes up to a day, else the 5-minute or hourly rollups."""
+def _source(rng: Range, start: datetime, where: Q | None = ALL_ROWS):
+    """The rows a range reads: minutes up to a day, else the 5-minute or hourly rollups;
+    for ``PLATFORM``, the platform-wide row of each step."""
     step = int(rng.step.total_seconds())
+    if where is PLATFORM:
+        return PlatformRollup.objects.filter(step_s=step, start__gte=start), "start"
     if step == 60:
-        return RequestMinute.objects.filter(minute__gte=start), "minute"
-    return RequestRollup.objects.filter(step_s=step, start__gte=start), "start"
+        return RequestMinute.objects.filter(minute__gte=start).filter(where), "minute"
+    return RequestRollup.objects.filter(step_s=step, start__gte=start).filter(where), "start"
+
+
+def default_range(where: Q | None, *, now: datetime | None = None) -> Range:
+    """The range a dashboard opens on: the last hour when all of the last day's data is
+    from the last hour (a fresh install's first minutes fill the chart instead of its right
+    edge), the last day when the day has older data; with nothing in the last day, the
+    shortest longer range that has some; the last day when there is none at all."""
+    end = now or datetime.now(UTC)
+    day = RANGES["day"]
+    rows, field = _source(day, _floor(end - day.span, day.step), where)
+    oldest = rows.filter(requests__gt=0).order_by(field).values_list(field, flat=True).first()
+    if oldest is not None:
+        hour = RANGES["hour"]
+        return hour if _aware(oldest) >= _floor(end - hour.span, hour.step) else day
+    for key in ("week", "90d"):
+        rng = RANGES[key]
+        rows, _ = _source(rng, _floor(end - rng.span, rng.step), where)
+        if rows.filter(requests__gt=0).exists():
+            return rng
+    return day
 
 
 def _grouped(qs, field: str) -> tuple[list[str], list[tuple]]:
@@ -123,14 +153,14 @@ def _listed(values) -> list[float | None]:
     return [None if v != v else round(float(v), 2) for v in values]
 
 
-def series(where: Q, rng: Range, *, now: datetime | None = None) -> dict:
-    """Per time step over ``rng``: requests, errors, hit rate per tier, TTFT p50/p95/p99,
-    load latency p50/p95 from L3 and L4, and the totals of the whole range. Steps without
-    requests are absent, not zero."""
+def series(where: Q | None, rng: Range, *, now: datetime | None = None) -> dict:
+    """Per time step over ``rng`` of the rows ``where`` selects (``PLATFORM``: every
+    tenant's): requests, errors, hit rate per tier, TTFT p50/p95/p99, load latency p50/p95
+    from L3 and L4, and the totals of the whole range. Steps without requests are absent,
+    not zero."""
     end = now or datetime.now(UTC)
     start = _floor(end - rng.span, rng.step)
-    qs, field = _source(rng, start)
-    qs = qs.filter(where)
+    qs, field = _source(rng, start, where)
     names, rows = _grouped(qs, field)
     out: dict[str, list] = {"t": [_aware(row[0]).isoformat() for row in rows]}
     if rows:

@@ -170,13 +170,16 @@ def quota(request: HttpRequest, slug: str) -> HttpResponse:
 # --- dashboards --------------------------------------------------------------------------------
 
 
-def _range(request: HttpRequest) -> dashboards.Range:
-    return dashboards.RANGES.get(request.GET.get("range", ""), dashboards.RANGES["day"])
+def _range(request: HttpRequest, where=dashboards.PLATFORM) -> dashboards.Range:
+    """The range asked for; without one, the range that holds the data (``where``'s)."""
+    asked = dashboards.RANGES.get(request.GET.get("range", ""))
+    return asked or dashboards.default_range(where)
 
 
 @require(signed_in, "signed-in users")
 def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_or_404(principal_of(request), slug)
+    where = dashboards.scope(tenant=tenant, adapter_id=request.GET.get("adapter", ""))
     adapter_ids = list(
         Adapter.objects.filter(tenant=tenant)
         .order_by("adapter_id")
@@ -190,7 +193,7 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
             "adapter_ids": adapter_ids,
             "adapter": request.GET.get("adapter", ""),
             "ranges": dashboards.RANGES.values(),
-            "range": _range(request).key,
+            "range": _range(request, where).key,
             "data_url": reverse("serving:dashboard_data", args=[tenant.slug]),
             "charts": [
                 "chart-ttft",
@@ -208,9 +211,10 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
 @require(signed_in, "signed-in users")
 def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     tenant = tenant_or_404(principal_of(request), slug)
-    rng = _range(request)
     adapter_id = request.GET.get("adapter", "")
-    data = dashboards.series(dashboards.scope(tenant=tenant, adapter_id=adapter_id), rng)
+    where = dashboards.scope(tenant=tenant, adapter_id=adapter_id)
+    rng = _range(request, where)
+    data = dashboards.series(where, rng)
     quota = tenant_services.get_quota(tenant)
     figures = {
         **charts.timeline(data),

@@ -5,7 +5,9 @@ def backfill(apps, schema_editor):
     from apps.serving.stats import rebuild_rollups
 
     rebuild_rollups(
-        apps.get_model("serving", "RequestMinute"), apps.get_model("serving", "RequestRollup")
+        apps.get_model("serving", "RequestMinute"),
+        apps.get_model("serving", "RequestRollup"),
+        platform_model=None,  # its table comes in 0011
     )
 
 
