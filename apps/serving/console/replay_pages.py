@@ -20,6 +20,7 @@ from apps.serving.cache.policies import POLICIES
 from apps.serving.console import charts
 from apps.serving.models import ReplayRun
 from apps.serving.replay import run
+from apps.serving.replay.log import costs_from_log
 from apps.serving.replay.simulate import Capacity
 from apps.tenants.console import operators, principal_of, require
 from apps.tenants.errors import Invalid
@@ -137,7 +138,11 @@ class ReplayForm(forms.Form):
         )
         sweep = tuple(v for v in run.L2_SWEEP if v >= d["l1"]) if d["sweep"] else ()
         policies = tuple(p for p in POLICIES if p in d["policies"])  # the default first
-        return run.Spec(trace=trace, policies=policies, capacity=capacity, sweep_l2=sweep)
+        # load costs as the nodes measured them where they have (else the bench's)
+        costs = costs_from_log(since_hours=max(d["since_hours"], 24.0))
+        return run.Spec(
+            trace=trace, policies=policies, capacity=capacity, costs=costs, sweep_l2=sweep
+        )
 
 
 def _initial() -> dict:

@@ -7,9 +7,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
+from django.db.models import Sum
 
 from apps.registry.models import AdapterVersion
-from apps.serving.models import RequestLog
+from apps.serving.histograms import bucket_fields, quantile
+from apps.serving.models import PlatformRollup, RequestLog
 from apps.serving.replay.simulate import Costs
 from apps.serving.replay.traces import Trace, from_rows
 from apps.tenants.errors import Invalid
@@ -78,22 +80,29 @@ def trace_from_log(*, since_hours: float = 24.0, tenant: str | None = None) -> T
 
 
 def costs_from_log(*, since_hours: float = 24.0, base: Costs | None = None) -> Costs:
-    """Per-tier load costs as the nodes measured them: the median ``load_ms`` of requests
-    served from L3 and from L4 (a fixed cost per tier; per-MB terms set to 0), and the
-    median TTFT of L1 hits as the base TTFT. Tiers with no requests keep ``base``'s."""
+    """Per-tier load costs as the nodes measured them: the median load time of L3 and of L4
+    loads from the platform-wide load histograms over the window (a fixed cost per tier;
+    per-MB terms set to 0), and the median TTFT of L1 hits in the request log as the base
+    TTFT. Tiers the nodes have not measured keep ``base``'s (default: ``Costs()``, the
+    medians of bench/load_tiers.py)."""
     base = base or Costs()
-    rows = RequestLog.objects.filter(at__gte=datetime.now(UTC) - timedelta(hours=since_hours))
+    since = datetime.now(UTC) - timedelta(hours=since_hours)
+    # hourly rows: the whole window at most a few hours coarse at its start, 2,160 rows for
+    # 90 days; the request log is kept for days, the rollups for months
+    hours = PlatformRollup.objects.filter(step_s=3600, start__gte=since)
+    names = {tier: bucket_fields(f"load_{tier}") for tier in ("l3", "l4")}
+    sums = hours.aggregate(**{f: Sum(f) for fields in names.values() for f in fields})
 
-    def median(tier: str, column: str) -> float | None:
-        values = list(
-            rows.filter(tier=tier, status=200, **{f"{column}__isnull": False}).values_list(
-                column, flat=True
-            )[:100_000]
-        )
-        return float(np.median(values)) if values else None
+    def median_load(tier: str) -> float | None:
+        counts = [sums[f] or 0 for f in names[tier]]
+        return quantile(counts, 0.5) if sum(counts) else None
 
-    l3, l4, ttft = median("L3", "load_ms"), median("L4", "load_ms"), median("L1", "ttft_ms")
+    hits = RequestLog.objects.filter(at__gte=since, tier="L1", status=200, ttft_ms__isnull=False)
+    ttfts = [float(v) for v in hits.values_list("ttft_ms", flat=True)[:100_000] if v is not None]
+    ttft = float(np.median(ttfts)) if ttfts else None
+    l3, l4 = median_load("l3"), median_load("l4")
     l3_fixed = l3 if l3 is not None else base.l3_ms
+    measured = [what for what, v in (("L1 TTFT", ttft), ("L3", l3), ("L4", l4)) if v is not None]
     return Costs(
         base_ttft_ms=ttft if ttft is not None else base.base_ttft_ms,
         l2_ms=base.l2_ms,
@@ -101,4 +110,10 @@ def costs_from_log(*, since_hours: float = 24.0, base: Costs | None = None) -> C
         l3_ms_per_mb=0.0 if l3 is not None else base.l3_ms_per_mb,
         l4_ms=max(l4 - l3_fixed, 0.0) if l4 is not None else base.l4_ms,
         l4_ms_per_mb=0.0 if l4 is not None else base.l4_ms_per_mb,
+        source=(
+            f"measured by the nodes over the last {since_hours:g} h ({', '.join(measured)})"
+            + ("" if len(measured) == 3 else "; the rest bench/load_tiers.py's")
+            if measured
+            else base.source
+        ),
     )

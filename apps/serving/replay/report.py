@@ -7,6 +7,14 @@ def _pct(x: float) -> str:
     return f"{x * 100:5.1f}%"
 
 
+def _costs(costs: dict) -> str:
+    return (
+        f"base TTFT {costs['base_ttft_ms']:.0f} ms, L3 {costs['l3_ms']:.0f} ms "
+        f"+ {costs['l3_ms_per_mb']:g}/MB, L4 +{costs['l4_ms']:.0f} ms + "
+        f"{costs['l4_ms_per_mb']:g}/MB — {costs.get('source', '')}"
+    )
+
+
 def policy_table(report: dict) -> str:
     trace, best = report["trace"], report["optimum"]
     lines = [
@@ -15,6 +23,7 @@ def policy_table(report: dict) -> str:
         f"  mapping: {trace['description']}",
         f"capacity: {report['capacity']['described']}; offline reference: {best['kind']}"
         + ("" if best.get("bound") else " (a heuristic, not a bound)"),
+        f"load costs: {_costs(report['costs'])}",
         "",
         f"{'policy':<10}{'hit':>7}{'L1':>7}{'L2':>7}{'L3':>7}{'L4':>7}{'bytes':>7}"
         f"{'of opt':>8}{'reload s':>10}{'TTFT p50':>9}{'p95':>8}{'p99':>8}"

@@ -120,7 +120,7 @@ def capacity_from_config(config=None) -> Capacity:
         l3_bytes=int(cache.disk_cache.max_size_gb * GIB),
         ttl_s=cache.cpu_warm.ttl_minutes * 60,
         max_fetches=cache.load_queue.max_concurrent_fetches,
-        max_loads=cache.load_queue.max_concurrent_loads,
+        max_loads=cache.loads_at_once,
         max_pending=cache.load_queue.max_pending,
     )
 

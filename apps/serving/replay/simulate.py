@@ -90,6 +90,7 @@ class Costs:
     l3_ms_per_mb: float = 0.33
     l4_ms: float = 16.0
     l4_ms_per_mb: float = 0.6
+    source: str = "bench/load_tiers.py's medians (no node measurements)"
 
     def load_ms(self, tier: str, size_bytes: int) -> float:
         """Time to bring a version from ``tier`` into the engine."""

@@ -3,6 +3,7 @@ traffic before they go live. See ``apps/serving/replay/`` and docs/replay.md."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -75,8 +76,14 @@ class Command(BaseCommand):
         tiers.add_argument("--max-pending", type=int)
         tiers.add_argument("--max-loads", type=int)
         tiers.add_argument("--max-fetches", type=int)
-        costs = parser.add_argument_group("load costs in ms (default: bench/load_tiers.py's)")
-        costs.add_argument("--costs-from-db", action="store_true", help="the nodes' measurements")
+        costs = parser.add_argument_group(
+            "load costs in ms (default: what the nodes measured, where they have; else "
+            "bench/load_tiers.py's)"
+        )
+        costs.add_argument(
+            "--bench-costs", action="store_true", help="bench/load_tiers.py's, not the nodes'"
+        )
+        costs.add_argument("--costs-from-db", action="store_true", help=argparse.SUPPRESS)
         for name in ("base-ttft-ms", "l2-ms", "l3-ms", "l3-ms-per-mb", "l4-ms", "l4-ms-per-mb"):
             costs.add_argument(f"--{name}", type=float)
         parser.add_argument(
@@ -197,10 +204,10 @@ class Command(BaseCommand):
 
     def costs(self, options) -> Costs:
         base = Costs()
-        if options["costs_from_db"]:
+        if not options["bench_costs"]:  # --costs-from-db: the default since it exists
             from apps.serving.replay.log import costs_from_log
 
-            base = costs_from_log(since_hours=hours(options["since"]))
+            base = costs_from_log(since_hours=max(hours(options["since"]), 24.0))
         given = {
             field.name: options[field.name]
             for field in dataclasses.fields(Costs)
