@@ -130,3 +130,40 @@ def test_the_replay_pages_are_for_operators_only(tenant_a):
     for url in ("/operator/replay/", "/operator/replay/1/", "/operator/replay/1/data"):
         assert member_client.get(url).status_code == 404
     assert member_client.post("/operator/replay/1/apply", {"policy": "lru"}).status_code == 404
+
+
+def test_the_replay_takes_the_load_costs_the_nodes_measured_and_says_so(tenant_a):
+    """Without measurements the bench's costs; with them, the medians of the platform's load
+    histograms (L4 minus L3: a load from L4 includes the L3 steps) and of L1 hits' TTFT."""
+    from datetime import UTC, datetime
+
+    from apps.serving.replay.log import costs_from_log
+    from apps.serving.replay.report import policy_table
+    from apps.serving.replay.run import Spec, TraceSpec, execute
+    from apps.serving.replay.simulate import Costs
+    from apps.serving.stats import RequestRecord, write_records
+
+    assert costs_from_log() == Costs()
+    now = datetime.now(UTC)
+
+    def record(tier: str, ttft_ms: float, load_ms: float = 0.0) -> RequestRecord:
+        return RequestRecord(
+            tenant_id=tenant_a.id, at=now, alias="support", adapter_id="support",
+            version="1", tier=tier, status=200, ttft_ms=ttft_ms, load_ms=load_ms,
+        )  # fmt: skip
+
+    write_records(
+        "n1",
+        [record("L1", 20.0) for _ in range(9)]
+        + [record("L3", 120.0, load_ms=90.0) for _ in range(5)]
+        + [record("L4", 400.0, load_ms=300.0) for _ in range(3)],
+    )
+    costs = costs_from_log()
+    assert costs.base_ttft_ms == 20.0
+    assert 80 <= costs.l3_ms <= 100  # inside the bucket that holds 90 ms
+    assert 250 - 100 <= costs.l4_ms <= 500 - 80  # the bucket holding 300 ms, less L3's
+    assert costs.l3_ms_per_mb == costs.l4_ms_per_mb == 0.0
+    assert costs.source.startswith("measured by the nodes")
+    report = execute(Spec(trace=TraceSpec(requests=500), policies=("weighted",), costs=costs))
+    assert "load costs: base TTFT 20 ms" in policy_table(report)
+    assert "measured by the nodes" in policy_table(report)
