@@ -317,6 +317,9 @@ def main() -> None:
             ("page", "operator", "/operator/nodes/"),
             ("page", "operator", "/operator/dashboard/"),
             ("page", "operator", "/audit/?action=alias."),
+            ("page", "admin", f"/t/{t}/releases/"),
+            ("page", "operator", "/operator/releases/"),
+            ("page", "operator", "/operator/replay/"),
             *[
                 ("data", "admin", f"/t/{t}/dashboard/data?range={r}")
                 for r in ("hour", "day", "week", "90d")

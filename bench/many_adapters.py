@@ -1,0 +1,685 @@
+"""Hundreds of adapters on one node vs. stock vLLM with its filesystem LoRA resolver.
+
+The alternative a vLLM user has for many adapters is stock vLLM's own
+``lora_filesystem_resolver`` plugin: every adapter in a directory, resolved by name on first
+use, its CPU cache LRU over ``max_cpu_loras``. Three servers run for the whole benchmark,
+measured one at a time, the order rotated per repetition (each goes first once in three):
+
+- **node**: lorahub (``manage.py runnode``) with its tiers and default policy; all N versions
+  published through the registry and landed in its local disk tier (L3) before the run, so
+  neither side fetches from S3;
+- **stock**: vLLM's OpenAI server, ``VLLM_PLUGINS=lora_filesystem_resolver,lorahub_lora_fix``
+  (the same LoRA correctness plugin the node's engine loads), ``VLLM_LORA_RESOLVER_CACHE_DIR``
+  over a folder holding the same N adapters (the same weights, linked), runtime LoRA
+  updating on;
+- **stock-b**: the same stock server again: stock-b / stock is the A/A noise floor.
+
+Same engine limits for all three: max_loras 4, max_cpu_loras 16, rank cap 16, float32, the
+same KV space and max_num_seqs, the same seed.
+
+**Load (c)**: N = 200 demo adapters (``build_demo_assets --extra``). The request sequence is
+the Azure LLM conversation trace (``../shared/traces/``, 19,366 arrivals over one hour)
+mapped by the replay's documented scheme (``apps/serving/replay/traces.from_csv``, seed 7):
+each arrival names adapter k by Zipf(1.0) over a ranking of which 20 % is reshuffled every
+10 minutes of trace time. ``--requests`` arrivals are taken evenly across the hour (every
+k-th), so one point walks through all six popularity epochs; trace key k is alias
+``many-{k:03d}``. The sequence is played by C streaming clients (closed loop, C = 8 and 32:
+the trace's hour is compressed to what the server sustains), max_tokens 16 with
+``ignore_eos`` so every request makes the same work. The same sequence goes to every server.
+
+Measured per point: req/s, output tokens/s, TTFT p50/p95/p99 (client side, first streamed
+token), engine loads (adapter weights read from disk into the engine's CPU cache) per 1,000
+requests and their mean time, and load time per request. Loads are counted the same way on
+all three servers, inside vLLM's worker, by a probe plugin this script writes to its
+temporary folder (``vllm.general_plugins`` entry point on PYTHONPATH; nothing is installed).
+
+**Cold load under hot traffic**: 16 streams on the 4 hottest adapters for ``--cold-s``
+seconds, with and without one request for a cold adapter (on disk only, never asked before
+in the phase) every 2 s; the hot requests' TTFT p95 with the cold loads over without.
+
+**Ceiling**: right after stock at each point, stock again with every request of the sequence
+on its hottest adapter: no loads, no slot changes, the fullest batches. No way of scheduling
+the 200 adapters on the same engine does better, so ceiling / stock bounds any gain over stock.
+
+**Replay agreement**: after the run, ``manage.py replay``'s engine (``apps/serving/replay``)
+replays the node's own request log under the default policy with the node's capacities and
+the load costs the node measured; its per-tier hit rates and TTFT beside the node's.
+
+Usage: .venv/bin/python bench/many_adapters.py [--adapters 200] [--reps 3] [--requests 300]
+       [--cold-s 20] [--only c|cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.load_mix import SERVERS, cpu_seconds, one, rotation  # noqa: E402
+from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+
+TRACE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
+CONCURRENCY = (8, 32)
+MAX_TOKENS = 16
+HOT = 4
+COLD_EVERY_S = 2.0
+COLD_STREAMS = 16
+PROBE_PLUGIN = "bench_load_probe"
+
+PROBE_MODULE = '''
+"""Counts and times adapter loads inside vLLM's worker (bench/many_adapters.py)."""
+import os
+import time
+
+
+def register():
+    out = os.environ.get("BENCH_LOAD_DIR")
+    if not out:
+        return
+    from vllm.lora import worker_manager
+
+    manager = worker_manager.WorkerLoRAManager
+    if getattr(manager._load_adapter, "_bench_probe", False):
+        return
+    inner = manager._load_adapter
+
+    def _load_adapter(self, lora_request):
+        started = time.perf_counter()
+        try:
+            return inner(self, lora_request)
+        finally:
+            ms = (time.perf_counter() - started) * 1000
+            with open(os.path.join(out, f"{os.getpid()}.loads"), "a") as fh:
+                fh.write(f"{ms:.3f}\\n")
+
+    _load_adapter._bench_probe = True
+    manager._load_adapter = _load_adapter
+'''
+
+
+@dataclass
+class Point:
+    rps: float
+    tps: float
+    ttft: list[float]
+    errors: int
+    loads: int = 0
+    load_ms: float = 0.0  # the sum over this point's loads
+    cpu_ms: float = float("nan")  # the server's CPU per request, all its processes
+
+    def p(self, q: float) -> float:
+        return pct(self.ttft, q) if self.ttft else float("nan")
+
+    @property
+    def loads_per_1k(self) -> float:
+        return 1000 * self.loads / max(len(self.ttft) + self.errors, 1)
+
+    @property
+    def mean_load_ms(self) -> float:
+        return self.load_ms / self.loads if self.loads else 0.0
+
+    @property
+    def load_ms_per_request(self) -> float:
+        return self.load_ms / max(len(self.ttft) + self.errors, 1)
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    key: str
+    proc: subprocess.Popen
+    load_dir: Path
+    versions: dict[str, int] = field(default_factory=dict)  # node: alias -> version id
+
+    def loads(self) -> list[float]:
+        out: list[float] = []
+        for path in self.load_dir.glob("*.loads"):
+            out += [float(x) for x in path.read_text().split()]
+        return out
+
+
+# --- the world -------------------------------------------------------------------------
+
+
+def publish(count: int) -> tuple[dict[str, Path], dict[str, int]]:
+    """``count`` extra adapters (distinct weights) for tenant acme, each behind an alias of
+    its own name. Returns alias -> folder, and alias -> version id."""
+    from django.conf import settings
+    from django.contrib.auth.models import User
+
+    from apps.registry import aliases
+    from apps.registry.models import VersionState
+    from apps.serving.demo_assets import build_extra_adapters
+    from apps.serving.management.commands.seed_demo import publish_folder
+    from apps.tenants.auth import principal_for_user
+    from apps.tenants.models import Quota, Tenant
+
+    acme = Tenant.objects.get(slug="acme")
+    # the benchmark's load, not a tenant's quota, is what is measured
+    Quota.objects.filter(tenant=acme).update(
+        requests_per_minute=1_000_000,
+        max_adapters=count + 10,
+        max_hot_adapters=4,
+        max_warm_adapters=64,
+        max_hot_memory_mb=100_000,
+    )
+    owner = principal_for_user(User.objects.get(username="alice"))
+    reviewer = principal_for_user(User.objects.get(username="rita"))
+    folders = build_extra_adapters(demo_dir=Path(settings.LORAHUB_DEMO_DIR), count=count)
+    mix, ids = {}, {}
+    started = time.perf_counter()
+    for i, folder in enumerate(folders):
+        name = f"many-{i:03d}"
+        row = publish_folder(acme, owner, reviewer, name, "1", folder)
+        assert row.state == VersionState.APPROVED, row.rejection_reason
+        aliases.set_alias(principal=owner, tenant=acme, name=name, version_id=row.pk, reason="")
+        mix[name], ids[name] = folder, row.pk
+    print(f"published {count} adapters in {time.perf_counter() - started:.0f} s", flush=True)
+    return mix, ids
+
+
+def stock_folder(root: Path, mix: dict[str, Path], model_dir: Path) -> Path:
+    """The resolver's directory: one folder per alias, the same weights (linked) and a
+    config naming the served base model the way the resolver checks it."""
+    root.mkdir()
+    for name, folder in mix.items():
+        target = root / name
+        target.mkdir()
+        (target / "adapter_model.safetensors").symlink_to(folder / "adapter_model.safetensors")
+        config = json.loads((folder / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = str(model_dir)  # what the resolver compares
+        (target / "adapter_config.json").write_text(json.dumps(config))
+    return root
+
+
+def probe_path(work: Path) -> Path:
+    """A folder for PYTHONPATH holding the load probe and the entry point vLLM finds it by."""
+    where = work / "probe"
+    dist = where / f"{PROBE_PLUGIN}-0.dist-info"
+    dist.mkdir(parents=True)
+    (where / f"{PROBE_PLUGIN}.py").write_text(PROBE_MODULE)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PROBE_PLUGIN}\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[vllm.general_plugins]\n{PROBE_PLUGIN} = {PROBE_PLUGIN}:register\n"
+    )
+    return where
+
+
+def workload(names: list[str], n: int, seed: int) -> list[str]:
+    """The aliases of ``n`` arrivals taken evenly across the Azure trace's hour."""
+    import numpy as np
+
+    from apps.serving.replay import traces
+
+    trace = traces.from_csv(
+        TRACE,
+        world=traces.World(adapters=len(names), tenants=1, seed=seed),
+        alpha=1.0,
+        drift=0.2,
+        drift_every_s=600.0,
+    )
+    picks = np.linspace(0, len(trace) - 1, n).round().astype(int)
+    return [names[trace.keys[i]] for i in picks]
+
+
+# --- driving ---------------------------------------------------------------------------
+
+
+async def drive(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
+    import httpx
+
+    queue = list(reversed(list(enumerate(models))))
+    ttfts: list[float] = []
+    tokens = errors = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+
+        async def worker() -> None:
+            nonlocal tokens, errors
+            while queue:
+                i, model = queue.pop()
+                first, made = await one(
+                    client, server.url, server.key, model, prompts[i % len(prompts)]
+                )
+                if first is None:
+                    errors += 1
+                else:
+                    ttfts.append(first)
+                    tokens += made
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    return Point(rps=len(ttfts) / wall, tps=tokens / wall, ttft=ttfts, errors=errors)
+
+
+def measured(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
+    before_loads = server.loads()
+    front, engine = cpu_seconds(server.proc.pid)
+    point = asyncio.run(drive(server, models, prompts, concurrency))
+    front_after, engine_after = cpu_seconds(server.proc.pid)
+    after = server.loads()
+    point.loads = len(after) - len(before_loads)
+    point.load_ms = sum(after) - sum(before_loads)
+    done = max(len(point.ttft), 1)
+    point.cpu_ms = (front_after + engine_after - front - engine) * 1000 / done
+    return point
+
+
+async def hot_with_cold(
+    server: Server, hot: list[str], cold: list[str], prompts: list[str], seconds: float
+) -> tuple[list[float], list[float], int]:
+    """16 streams on ``hot`` for ``seconds``; when ``cold`` is not empty, one request for the
+    next cold alias every 2 s beside them. Returns (hot TTFTs, cold TTFTs, errors)."""
+    import httpx
+
+    hot_ttft: list[float] = []
+    cold_ttft: list[float] = []
+    errors = 0
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=COLD_STREAMS + 8)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+
+        async def stream(k: int) -> None:
+            nonlocal errors
+            i = k
+            while time.perf_counter() < stop:
+                first, _ = await one(
+                    client, server.url, server.key, hot[i % len(hot)], prompts[i % len(prompts)]
+                )
+                i += COLD_STREAMS
+                if first is None:
+                    errors += 1
+                else:
+                    hot_ttft.append(first)
+
+        async def cold_one(model: str) -> None:
+            nonlocal errors
+            first, _ = await one(client, server.url, server.key, model, prompts[0])
+            if first is None:
+                errors += 1
+            else:
+                cold_ttft.append(first)
+
+        async def colds() -> None:
+            pending = []
+            for model in cold:
+                await asyncio.sleep(COLD_EVERY_S)
+                if time.perf_counter() >= stop:
+                    break
+                pending.append(asyncio.create_task(cold_one(model)))
+            await asyncio.gather(*pending)
+
+        await asyncio.gather(*(stream(k) for k in range(COLD_STREAMS)), colds())
+    return hot_ttft, cold_ttft, errors
+
+
+# --- servers ---------------------------------------------------------------------------
+
+
+def start_servers(work: Path, env: dict[str, str], key: str, mix: dict[str, Path]):
+    from django.conf import settings
+
+    from apps.serving.node.engine import LORA_FIX_PLUGIN, EngineSettings
+
+    engine = EngineSettings.from_django_settings()
+    resolver_dir = stock_folder(work / "resolver", mix, Path(engine.model_dir))
+    probe = probe_path(work)
+    ports = {name: free_port() for name in SERVERS}
+    servers: dict[str, Server] = {}
+    for name in SERVERS:
+        load_dir = work / f"loads-{name}"
+        load_dir.mkdir()
+        log = (work / f"{name}.log").open("wb")
+        if name == "node":
+            node_env = {
+                **env,
+                "BENCH_LOAD_DIR": str(load_dir),
+                "PYTHONPATH": str(probe),
+                "LORAHUB_INTERNAL_TOKEN": settings.LORAHUB_INTERNAL_TOKEN,
+            }
+            argv = [sys.executable, "manage.py", "runnode", "--port", str(ports[name])]
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=node_env, stdout=log, stderr=subprocess.STDOUT
+            )
+        else:
+            stock_env = {k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")}
+            stock_env.update(
+                VLLM_PLUGINS=f"lora_filesystem_resolver,{LORA_FIX_PLUGIN},{PROBE_PLUGIN}",
+                VLLM_LORA_RESOLVER_CACHE_DIR=str(resolver_dir),
+                VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+                BENCH_LOAD_DIR=str(load_dir),
+                PYTHONPATH=str(probe),
+            )
+            proc = subprocess.Popen(
+                engine.stock_server_argv(ports[name], {}),
+                cwd=ROOT,
+                env=stock_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"http://127.0.0.1:{ports[name]}"
+        servers[name] = Server(name, url, key if name == "node" else "none", proc, load_dir)
+    return engine, servers
+
+
+def land_everything(server: Server, ids: dict[str, int]) -> None:
+    """The node's disk tier holds every version before the run (as stock's folder does)."""
+    import httpx
+    from django.conf import settings
+
+    headers = {"Authorization": f"Bearer {settings.LORAHUB_INTERNAL_TOKEN}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+        for version_id in ids.values():
+            answer = client.post("/internal/warm", json={"version_id": version_id, "tier": "L3"})
+            answer.raise_for_status()
+
+
+# --- main ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--adapters", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=300, help="per point")
+    parser.add_argument("--cold-s", type=float, default=20.0, help="seconds per cold phase")
+    parser.add_argument("--only", choices=("c", "cold"), help="run one of the two parts")
+    parser.add_argument("--seed", type=int, default=7, help="the trace mapping's seed")
+    args = parser.parse_args()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="lorahub-many-") as tmp:
+        work = Path(tmp)
+        env, key, _ = prepare(work)
+        from django.conf import settings
+
+        settings.LORAHUB_INTERNAL_TOKEN = env["LORAHUB_INTERNAL_TOKEN"] = os.urandom(16).hex()
+        mix, ids = publish(args.adapters)
+        engine, servers = start_servers(work, env, key, mix)
+        servers["node"].versions = ids
+        try:
+            for server in servers.values():
+                health = "/healthz" if server.name == "node" else "/health"
+                wait_ready(server.url, health, server.proc, server.name)
+            started = time.perf_counter()
+            land_everything(servers["node"], ids)
+            print(f"node: {len(ids)} versions on disk in {time.perf_counter() - started:.1f} s")
+            results = run(args, servers, sorted(mix))
+            if args.only != "cold":
+                results["replay"] = replay_agreement(engine)
+        finally:
+            for server in servers.values():
+                server.proc.terminate()
+            for server in servers.values():
+                try:
+                    server.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    server.proc.kill()
+    report(results, args, engine)
+
+
+def run(args, servers: dict[str, Server], names: list[str]) -> dict:
+    from apps.serving import demo_corpus as corpus
+
+    prompts = [corpus.completion_prompt(q) for q in corpus.UNSEEN_PROMPTS]
+    models = workload(names, args.requests, args.seed)
+    for server in servers.values():  # every adapter once: compiled paths, resolver entries
+        started = time.perf_counter()
+        asyncio.run(drive(server, names, prompts, 4))
+        print(f"warmed up {server.name} in {time.perf_counter() - started:.0f} s", flush=True)
+    results: dict = {"c": {}, "cold": {}}
+    # The ceiling: stock with every request of the sequence on its hottest adapter (no loads,
+    # no slot changes, the fullest batches). No scheduler of the 200 adapters can beat it on
+    # the same engine, so ceiling / stock bounds what any gain over stock can be.
+    one_adapter = [ranking(models, names)[0]] * len(models)
+    if args.only != "cold":
+        for rep in range(args.reps):
+            for c in CONCURRENCY:
+                for name in rotation(rep):
+                    runs = [(name, models)]
+                    if name == "stock":  # the ceiling right after stock, on the same server
+                        runs.append(("ceiling", one_adapter))
+                    for label, sequence in runs:
+                        point = measured(servers[name], sequence, prompts, c)
+                        results["c"].setdefault((c, label), []).append(point)
+                        print(
+                            f"rep {rep + 1} C={c:<3} {label:<7} {point.rps:6.1f} req/s TTFT p50 "
+                            f"{point.p(0.5):7.1f} p95 {point.p(0.95):7.1f} ms, {point.loads} "
+                            f"loads ({point.mean_load_ms:.1f} ms each)"
+                            + (f"  {point.errors} errors" if point.errors else ""),
+                            flush=True,
+                        )
+    if args.only != "c":
+        ranked = ranking(models, names)
+        hot, tail = ranked[:HOT], ranked[::-1]
+        per_phase = int(args.cold_s / COLD_EVERY_S) + 1
+        for rep in range(args.reps):
+            for name in rotation(rep):
+                server = servers[name]
+                # each cold phase asks for adapters not asked for since their last phase
+                # began: on the node they sit in L3 only (evicted below), on stock they fell
+                # out of its CPU cache's 16 entries long ago
+                start = (rep * len(SERVERS) + SERVERS.index(name)) * per_phase % len(tail)
+                cold = [m for m in (tail * 2)[start : start + per_phase] if m not in hot]
+                if name == "node":
+                    evict_from_engine(server, [server.versions.get(m) for m in cold])
+                phases = ("quiet", "cold") if rep % 2 == 0 else ("cold", "quiet")
+                for phase in phases:
+                    hot_ttft, cold_ttft, errors = asyncio.run(
+                        hot_with_cold(
+                            server, hot, cold if phase == "cold" else [], prompts, args.cold_s
+                        )
+                    )
+                    results["cold"].setdefault((name, phase), []).append(
+                        (hot_ttft, cold_ttft, errors)
+                    )
+                    print(
+                        f"rep {rep + 1} cold-under-hot {name:<7} {phase:<5} hot p95 "
+                        f"{pct(hot_ttft, 0.95):7.1f} ms over {len(hot_ttft)}"
+                        + (f", cold p50 {pct(cold_ttft, 0.5):.0f} ms" if cold_ttft else "")
+                        + (f"  {errors} errors" if errors else ""),
+                        flush=True,
+                    )
+    return results
+
+
+def ranking(models: list[str], names: list[str]) -> list[str]:
+    """Aliases, most requested in the workload first."""
+    from collections import Counter
+
+    counts = Counter(models)
+    return sorted(names, key=lambda n: (-counts[n], n))
+
+
+def evict_from_engine(server: Server, version_ids: list[int | None]) -> None:
+    import httpx
+    from django.conf import settings
+
+    headers = {"Authorization": f"Bearer {settings.LORAHUB_INTERNAL_TOKEN}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+        for version_id in version_ids:
+            if version_id is None:
+                continue
+            for tier in ("L1", "L2"):
+                client.post("/internal/evict", json={"version_id": version_id, "tier": tier})
+
+
+def replay_agreement(engine) -> dict:
+    """The node's request log replayed under the default policy with the node's capacities
+    and measured load costs, beside what the node reported."""
+    import numpy as np
+
+    from apps.serving.cache.policies import POLICIES
+    from apps.serving.models import RequestLog
+    from apps.serving.replay import run as replay_run
+    from apps.serving.replay.log import costs_from_log
+
+    default = POLICIES[0]  # "weighted": the node's default
+    time.sleep(3)  # the node's statistics writer flushes every second
+    costs = costs_from_log(since_hours=6)
+    spec = replay_run.Spec(
+        trace=replay_run.TraceSpec(source="db", since_hours=6),
+        policies=(default,),
+        capacity=replay_run.capacity_from_config(),
+        costs=costs,
+    )
+    report = replay_run.execute(spec)
+    replayed = report["policies"][default]
+    live = RequestLog.objects.filter(status=200, ttft_ms__isnull=False)
+    ttfts = np.array(list(live.values_list("ttft_ms", flat=True)))
+    where_time_goes = {}  # the node's own per-request accounting, by tier
+    for tier in ("L1", "L2", "L3", "L4"):
+        rows = np.array(list(live.filter(tier=tier).values_list("queue_ms", "load_ms", "ttft_ms")))
+        if len(rows):
+            where_time_goes[tier] = {
+                "requests": len(rows),
+                "queue_ms": float(rows[:, 0].mean()),
+                "load_ms": float(rows[:, 1].mean()),
+                "ttft_ms": float(rows[:, 2].mean()),
+            }
+    return {
+        "requests": report["trace"]["requests"],
+        "live": report.get("node_tiers", {}),
+        "replay": replayed["tier_rates"],
+        "live_ttft": {
+            "p50": float(np.percentile(ttfts, 50)) if len(ttfts) else float("nan"),
+            "p95": float(np.percentile(ttfts, 95)) if len(ttfts) else float("nan"),
+        },
+        "replay_ttft": replayed["ttft_ms"],
+        "node_accounting": where_time_goes,
+        "costs": {
+            "base_ttft_ms": costs.base_ttft_ms,
+            "l3_ms": costs.l3_ms,
+            "l4_ms": costs.l4_ms,
+        },
+    }
+
+
+# --- report ----------------------------------------------------------------------------
+
+
+def ratios(these: list, stock: list, value) -> list[float]:
+    return [value(a) / value(b) for a, b in zip(these, stock, strict=True)]
+
+
+def cell(xs: list[float], digits: int = 2) -> str:
+    return " ".join(f"{x:.{digits}f}" for x in xs) + f" | {statistics.median(xs):.{digits}f}"
+
+
+def report(results: dict, args, engine) -> None:
+    print(
+        f"\nLoad (c): {args.adapters} adapters, Azure conversation trace (every "
+        f"{19366 // args.requests}th arrival of its hour), Zipf 1.0 with 20 % of the ranking "
+        f"reshuffled every 10 trace minutes (seed {args.seed}); {args.requests} streamed "
+        f"completions per point, max_tokens={MAX_TOKENS} (ignore_eos), {args.reps} "
+        f"repetitions rotated; max_loras={engine.max_loras}, "
+        f"max_cpu_loras={engine.max_cpu_loras}, rank cap {engine.max_lora_rank}\n"
+    )
+    if results["c"]:
+        print(
+            f"{'C':>4}{'server':>8}{'req/s':>8}{'tok/s':>8}{'p50 ms':>9}{'p95 ms':>9}"
+            f"{'p99 ms':>9}{'err':>5}{'loads/1k':>10}{'ms/load':>9}{'load ms/req':>12}"
+            f"{'cpu ms/req':>11}"
+        )
+        for (c, name), points in sorted(results["c"].items()):
+            med = statistics.median
+            print(
+                f"{c:>4}{name:>8}{med(p.rps for p in points):>8.1f}"
+                f"{med(p.tps for p in points):>8.0f}"
+                + "".join(f"{med(p.p(q) for p in points):>9.1f}" for q in (0.5, 0.95, 0.99))
+                + f"{sum(p.errors for p in points):>5}{med(p.loads_per_1k for p in points):>10.0f}"
+                f"{med(p.mean_load_ms for p in points):>9.1f}"
+                f"{med(p.load_ms_per_request for p in points):>12.1f}"
+                f"{med(p.cpu_ms for p in points):>11.1f}"
+            )
+        print(
+            "\nper repetition | median, against stock (req/s: higher is better; TTFT and "
+            "loads: lower). A/A is stock-b / stock; a node / stock ratio inside the A/A range "
+            "is no different from stock in this run\n"
+        )
+        print(
+            f"{'C':>4}  {'metric':<10}{'node / stock':<26}{'A/A stock-b / stock':<26}"
+            f"{'A/A range':<14}ceiling / stock (one adapter: the most any scheduler could gain)"
+        )
+        for c in CONCURRENCY:
+            stock = results["c"][(c, "stock")]
+            for metric, value in (
+                ("req/s", lambda p: p.rps),
+                ("TTFT p95", lambda p: p.p(0.95)),
+                ("loads/1k", lambda p: max(p.loads_per_1k, 1e-9)),
+            ):
+                node = ratios(results["c"][(c, "node")], stock, value)
+                aa = ratios(results["c"][(c, "stock-b")], stock, value)
+                ceiling = ratios(results["c"][(c, "ceiling")], stock, value)
+                print(
+                    f"{c:>4}  {metric:<10}{cell(node):<26}{cell(aa):<26}"
+                    f"{f'[{min(aa):.2f}, {max(aa):.2f}]':<14}"
+                    + (cell(ceiling) if metric != "loads/1k" else "")
+                )
+    if results["cold"]:
+        print(
+            f"\nCold load under hot traffic: {COLD_STREAMS} streams on the {HOT} hottest "
+            f"adapters for {args.cold_s:.0f} s, with and without a request for a cold adapter "
+            f"(disk only) every {COLD_EVERY_S:.0f} s; hot TTFT p95 per repetition | median\n"
+        )
+        print(
+            f"{'server':<9}{'quiet p95 ms':<30}{'with cold p95 ms':<30}{'with / quiet':<26}"
+            f"{'cold TTFT p50':>14}"
+        )
+        for name in SERVERS:
+            quiet = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "quiet")]]
+            cold = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "cold")]]
+            cold_ttft = [t for _, c, _ in results["cold"][(name, "cold")] for t in c]
+            print(
+                f"{name:<9}{cell(quiet, 0):<30}{cell(cold, 0):<30}"
+                f"{cell([a / b for a, b in zip(cold, quiet, strict=True)]):<26}"
+                f"{pct(cold_ttft, 0.5) if cold_ttft else float('nan'):>12.0f}ms"
+            )
+    if "replay" in results:
+        agreement = results["replay"]
+        print(
+            f"\nReplay of the node's own log ({agreement['requests']} requests, default policy, "
+            f"the node's capacities; load costs measured by the node: base TTFT "
+            f"{agreement['costs']['base_ttft_ms']:.0f} ms, L3 {agreement['costs']['l3_ms']:.0f} "
+            f"ms, L4 {agreement['costs']['l4_ms']:.0f} ms)\n"
+        )
+        print(f"{'':<8}{'L1':>8}{'L2':>8}{'L1+L2':>8}{'L3':>8}{'L4':>8}{'TTFT p50':>10}{'p95':>8}")
+        for label, tiers, ttft in (
+            ("live", agreement["live"], agreement["live_ttft"]),
+            ("replay", agreement["replay"], agreement["replay_ttft"]),
+        ):
+            print(
+                f"{label:<8}"
+                + "".join(f"{100 * tiers.get(t, 0):>7.1f}%" for t in ("L1", "L2"))
+                + f"{100 * (tiers.get('L1', 0) + tiers.get('L2', 0)):>7.1f}%"
+                + "".join(f"{100 * tiers.get(t, 0):>7.1f}%" for t in ("L3", "L4"))
+                + f"{ttft['p50']:>10.0f}{ttft['p95']:>8.0f}"
+            )
+        print(
+            "\nWhere the node's requests spent their time (its own log, every request of the "
+            "run; means in ms: waiting at the admission gate for a device slot or the load "
+            "queue, loading, and TTFT, which includes both)\n"
+        )
+        print(f"{'tier':<6}{'requests':>9}{'queue':>9}{'load':>9}{'TTFT':>9}")
+        for tier, row in agreement["node_accounting"].items():
+            print(
+                f"{tier:<6}{row['requests']:>9}{row['queue_ms']:>9.1f}{row['load_ms']:>9.1f}"
+                f"{row['ttft_ms']:>9.1f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
