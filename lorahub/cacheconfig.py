@@ -89,7 +89,9 @@ def _default_sla() -> dict[str, SlaTier]:
 
 class LoadQueue(_Section):
     max_concurrent_fetches: int = Field(2, ge=1, le=64, description="L4 to L3 downloads")
-    max_concurrent_loads: int = Field(1, ge=1, le=16, description="L3 to L2 engine adds")
+    max_concurrent_loads: int = Field(
+        4, ge=1, le=16, description="L3 to L2 engine adds (at most a quarter of cpu_warm slots)"
+    )
     max_pending: int = Field(16, ge=1, le=10_000, description="versions loading or queued")
     sla: dict[SlaName, SlaTier] = Field(default_factory=_default_sla)
 
@@ -151,6 +153,13 @@ class AdapterCache(_Section):
     placement: PlacementKey = PlacementKey()
     load_queue: LoadQueue = LoadQueue()
     prewarm: Prewarm = Prewarm()
+
+    @property
+    def loads_at_once(self) -> int:
+        """``load_queue.max_concurrent_loads``, at most a quarter of the host slots: each
+        load under way keeps a slot for itself, and with more so kept loads would evict
+        each other's fresh versions."""
+        return min(self.load_queue.max_concurrent_loads, max(1, self.cpu_warm.max_adapters // 4))
 
     @model_validator(mode="after")
     def _warm_holds_hot(self) -> AdapterCache:

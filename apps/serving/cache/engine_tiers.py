@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from apps.registry.aliases import ResolvedVersion
@@ -111,6 +111,14 @@ class EngineTiers:
             if record.held == 0:
                 self.released.set()
 
+    def queue(self, record: CachedVersion, queued: bool) -> None:
+        """A request placed with the version starts (True) or stops (False) waiting for a
+        device slot."""
+        if queued:
+            record.queued += 1
+        elif record.queued > 0:
+            record.queued -= 1
+
     def await_load(self, record: CachedVersion, waiting: bool) -> None:
         """A request that will hold the version starts (True) or stops (False) waiting for
         its load."""
@@ -154,19 +162,21 @@ class EngineTiers:
         policy: Policy,
         warm_bytes: int,
         pressure: float,
+        adding: Collection[int] = (),
     ) -> list[Resident] | None:
         """What must leave the engine for one more version of ``owner`` (size ``incoming``)
-        to fit the slot count, the memory cap and the tenant's warm quota. ``[]``: it fits;
+        to fit the slot count, the memory cap and the tenant's warm quota, beside the
+        versions of sizes ``adding`` that other loads are adding now. ``[]``: it fits;
         ``None``: every resident is pinned or generating, so the caller waits for a release.
         vLLM's LRU never chooses: the policy's pick goes before an add would overflow."""
-        capacity = self._slots()[1]
+        capacity = self._slots()[1] - len(adding)
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
         residents = [  # as the policy must see them: the record's flags
             r.engine._replace(pinned=r.protected, deprecated=r.deprecated)
             for r in self.members.values()
             if r.engine is not None
         ]
-        used = sum(r.size_bytes for r in residents)
+        used = sum(r.size_bytes for r in residents) + sum(adding)
         over_memory = bool(residents) and used + incoming > warm_bytes
         now = time.monotonic()
         chosen = select_victims(
@@ -182,6 +192,17 @@ class EngineTiers:
             # Shares protect everyone left: still, vLLM's LRU must not choose. The policy's
             # pick among the unprotected goes (pins < max_loras <= capacity).
             chosen = rank([r for r in residents if not r.pinned], policy=policy, now=now)[:1]
+        if not chosen and len(residents) >= capacity:
+            # Every resident is protected. Those only queued for (their requests wait for a
+            # device slot, not in vLLM) may still go, the policy's pick first: such a request
+            # loads its version again once admitted, where waiting here for one of them to
+            # finish would stall every load behind requests that have not started.
+            queued = [
+                r.engine._replace(deprecated=r.deprecated)
+                for r in self.members.values()
+                if r.engine is not None and not r.must_stay
+            ]
+            chosen = rank(queued, policy=policy, now=now)[:1]
             if not chosen:
                 return None
         return chosen  # empty: it fits (the memory cap yields to pinned residents)

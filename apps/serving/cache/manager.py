@@ -41,9 +41,10 @@ import errno
 import logging
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from apps.registry.aliases import ResolvedVersion
 from apps.registry.storage import ObjectStore
@@ -123,7 +124,7 @@ class Limits:
             ttl_s=cache.cpu_warm.ttl_minutes * 60.0,
             disk_bytes=int(cache.disk_cache.max_size_gb * GIB),
             max_fetches=cache.load_queue.max_concurrent_fetches,
-            max_loads=cache.load_queue.max_concurrent_loads,
+            max_loads=cache.loads_at_once,
             max_pending=cache.load_queue.max_pending,
             verify_checksum=cache.disk_cache.verify_checksum,
         )
@@ -164,6 +165,7 @@ class CacheManager:
         )
         self._limits = limits
         self._owners: dict[int, tuple[str, Owner]] = {}  # tenant id -> (slug, latest quotas)
+        self._adding: list[int] = []  # sizes of the versions on their way into the engine
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -354,6 +356,7 @@ class CacheManager:
         deadline_s: float | None = None,
         wait_for_room: bool = True,
         hold: bool = False,
+        queue: bool = False,
     ) -> Placed:
         """Make the version usable by the engine; concurrent calls share one fetch and load.
 
@@ -362,7 +365,9 @@ class CacheManager:
         already loading, a new one waits for room (``wait_for_room``, within the deadline) or
         raises ``LoadQueueFull`` at once. With ``hold``, the version cannot leave the engine
         until ``release`` is called: a request generating with it holds it (vLLM's engine
-        core dies when an adapter is removed under a running request).
+        core dies when an adapter is removed under a running request). With ``queue``, it
+        is kept for a request that waits for a device slot until ``hold_queued`` or
+        ``dequeue``: it leaves only when nothing unqueued is left to evict.
         """
         record = self._record(resolved)
         owner = owner or Owner(tenant_id=resolved.tenant_id)
@@ -379,6 +384,8 @@ class CacheManager:
                 self.tiers.touch(record, time.monotonic(), self.policy.half_life_s)
                 if hold:
                     self.tiers.hold(record)
+                elif queue:
+                    self.tiers.queue(record, True)
                 if placed is not None:  # it was loaded for this request
                     return placed
                 return Placed(handle, tier, 0.0)
@@ -391,7 +398,7 @@ class CacheManager:
                     await self._wait_for_room(left)
                     continue
                 task = self.loads.start(record, self._load(resolved, record, owner, handle))
-            if hold:
+            if hold or queue:
                 self.tiers.await_load(record, True)
             try:
                 placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
@@ -400,10 +407,27 @@ class CacheManager:
                     f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
                 ) from None
             finally:
-                if hold:
+                if hold or queue:
                     self.tiers.await_load(record, False)
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
+
+    async def hold_queued(self, resolved: ResolvedVersion, *, owner: Owner | None = None) -> Placed:
+        """A request queued for ``resolved`` (``activate(queue=True)``) enters the engine:
+        it holds the version from now on, loading it again if it was evicted meanwhile (no
+        deadline: the request has waited its turn already)."""
+        record = self._record(resolved)
+        self.tiers.queue(record, False)
+        if record.engine is not None and not record.quarantined:  # the usual case: no await
+            self.tiers.hold(record)
+            return Placed(self._handle(resolved), self.tiers.tier_of(record), 0.0)
+        return await self.activate(resolved, owner=owner, hold=True)
+
+    def dequeue(self, version_id: int) -> None:
+        """A request queued for the version (``activate(queue=True)``) gave up."""
+        record = self.versions.get(version_id)
+        if record is not None:
+            self.tiers.queue(record, False)
 
     def release(self, version_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""
@@ -439,9 +463,20 @@ class CacheManager:
                 found = await offload.run(self.land, resolved)
         tier, timings = found.found_in, found.timings
         async with self.loads.load_slots:
-            await self._make_room(owner, incoming=resolved.size_bytes)
+            removals = await self._make_room(owner, incoming=resolved.size_bytes)
+            # its place is counted from here until it is a resident (below), so that loads
+            # running beside it make room for it too
+            self._adding.append(resolved.size_bytes)
             add_started = time.perf_counter()
-            await self.engine.add_adapter(handle)
+            try:
+                # The removals and the add go to the engine core together: it takes every
+                # queued call between two steps, in the order sent, so the victims leave
+                # before the newcomer arrives and the whole load waits for one step
+                # boundary, not one per call (bench/many_adapters.py: a load awaited call by
+                # call capped a node at C=32 at about two steps per cold adapter).
+                await asyncio.gather(*removals, self.engine.add_adapter(handle))
+            finally:
+                self._adding.remove(resolved.size_bytes)
             timings["add_ms"] = (time.perf_counter() - add_started) * 1000
         load_ms = (time.perf_counter() - started) * 1000
         on_disk = record.disk  # its use so far, this one included
@@ -461,10 +496,13 @@ class CacheManager:
             self.on_load(tier, load_ms)
         return Placed(handle, tier, load_ms, timings)
 
-    async def _make_room(self, owner: Owner, incoming: int) -> None:
+    async def _make_room(self, owner: Owner, incoming: int) -> list[Coroutine[Any, Any, bool]]:
         """Evict from the engine (L2, and so L1) until one more version fits its slot count,
-        its memory cap and its tenant's warm quota. The policy picks; what is pinned,
-        generating or awaited stays: with all of them so, wait until a request lets go."""
+        its memory cap and its tenant's warm quota, counting the versions other loads are
+        adding. The policy picks; what is pinned, generating or awaited stays: with all of
+        them so, wait until a request lets go. The victims are out of the books on return;
+        the engine calls that take them out are returned, for the caller to send."""
+        removals: list[Coroutine[Any, Any, bool]] = []
         while True:
             victims = self.tiers.victims(
                 owner,
@@ -472,16 +510,17 @@ class CacheManager:
                 policy=self.policy,
                 warm_bytes=self.limits.warm_bytes,
                 pressure=self.loads.pressure(),
+                adding=self._adding,
             )
             if victims is None:
                 # adding now would let vLLM evict one under a running request
                 await self.tiers.wait_for_release()
                 continue
             if not victims:
-                return
+                return removals
             for victim in victims:
                 self.policy.on_evict(victim, time.monotonic())
-                await self.unload(victim.version_id)
+                removals.append(await self._take_out(victim.version_id))
                 if self.on_evict:
                     self.on_evict("L2", victim.tenant_id)
 
@@ -562,11 +601,15 @@ class CacheManager:
         Callers check ``in_use`` first: removing an adapter under a running request kills
         vLLM's engine core.
         """
+        return await (await self._take_out(version_id))
+
+    async def _take_out(self, version_id: int) -> Coroutine[Any, Any, bool]:
+        """``unload``'s bookkeeping, done; its engine call, returned unsent."""
         record = self.versions.of(version_id)
         if self.tiers.unpin(record):
             await self.tiers.gate.changed()  # its device slot rotates again
         self.tiers.drop(record)
-        return await self.engine.remove_adapter(version_id)
+        return self.engine.remove_adapter(version_id)
 
     async def evict(self, resolved: ResolvedVersion, tier: str) -> None:
         """Take ``resolved`` out of ``tier``, counted as an eviction from it. Callers check
