@@ -87,6 +87,18 @@ def test_every_operator_and_reviewer_page_renders_cleanly(page, console, seeded,
     expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "day")
     expect(page.locator("#chart-fairness .main-svg").first).to_be_visible()
     screenshot(page, "platform-dashboard")
+    # at 1280 px every chart stays inside its card (Plotly once sized itself to the card's
+    # border box and spilled its right-hand axis labels over the edge)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "day")
+    spill = page.evaluate(
+        """() => [...document.querySelectorAll('.chart')].map((card) => {
+             const svg = card.querySelector('.main-svg');
+             return svg.getBoundingClientRect().right - card.getBoundingClientRect().right;
+           })"""
+    )
+    assert len(spill) == 6 and max(spill) <= 0, spill
 
     # an operator's limit change is audited with who, what and when
     page.goto("/t/tenant-a/quota/")
