@@ -45,16 +45,29 @@ class StandInEngine:
         self.entered: list[int] = []  # adds begun (an add waits while the gate is closed)
         self.gate = asyncio.Event()
         self.gate.set()
+        # what the engine would hold, counting an add from when it is sent (vLLM takes the
+        # calls in the order sent), the most it ever held and the most adds under way at once
+        self.resident: set[int] = set()
+        self.peak = 0
+        self.adding = self.most_adding = 0
 
     async def add_adapter(self, handle) -> bool:
         self.entered.append(handle.lora_id)
-        await self.gate.wait()
-        await asyncio.sleep(self.add_delay)
+        self.resident.add(handle.lora_id)
+        self.peak = max(self.peak, len(self.resident))
+        self.adding += 1
+        self.most_adding = max(self.most_adding, self.adding)
+        try:
+            await self.gate.wait()
+            await asyncio.sleep(self.add_delay)
+        finally:
+            self.adding -= 1
         self.adds.append(handle.lora_id)
         return True
 
     async def remove_adapter(self, lora_id: int) -> bool:
         self.removed.append(lora_id)
+        self.resident.discard(lora_id)
         return True
 
     async def pin_adapter(self, lora_id: int) -> bool:
@@ -578,3 +591,62 @@ def test_with_a_pin_a_slot_is_handed_on_only_once_it_is_free():
         assert gate.active() == {2}
 
     run(scenario())
+
+
+def test_loads_side_by_side_make_room_for_each_other_so_the_engine_never_overflows(world):
+    """Several loads at once (``max_concurrent_loads``): each counts the versions the others
+    are adding, and its removals reach the engine before its add, so vLLM's own LRU never
+    has to choose (it could take an adapter a running request uses)."""
+    cache, engine, version = world
+    cache.limits = Limits(max_pending=8, max_loads=2)
+
+    async def scenario():
+        for n in (1, 2, 3):  # the stand-in's three host slots, full
+            await cache.activate(version(n))
+        engine.add_delay = 0.05
+        await asyncio.gather(*(cache.activate(version(n)) for n in (4, 5, 6, 7)))
+
+    run(scenario())
+    assert engine.most_adding == 2  # the loads did run side by side
+    assert engine.peak == engine.settings.max_cpu_loras  # and never overflowed the engine
+    held = {n for n in range(1, 8) if cache.holds(n)}
+    assert held == engine.resident and len(held) == 3
+    assert len(engine.removed) == 4  # one out per one in: no load undid another's
+
+
+def test_a_version_queued_for_goes_only_when_all_else_is_held_and_comes_back_when_admitted(world):
+    """A request waiting for a device slot keeps its version in the engine (queued), but does
+    not hold it: with every other resident generating, a load evicts a queued version rather
+    than wait for a request to finish, and the queued request loads it again when admitted."""
+    cache, engine, version = world
+
+    async def scenario():
+        await cache.activate(version(1), hold=True)  # generating
+        await cache.activate(version(2), queue=True)  # waiting for a device slot
+        await cache.activate(version(3))  # idle
+        await cache.activate(version(4), hold=True)  # the idle one goes, not the queued one
+        assert engine.removed == [3]
+        await asyncio.wait_for(cache.activate(version(5), hold=True), timeout=1)
+        assert engine.removed == [3, 2]  # only 1, 4 (held) and 2 (queued) were left
+        cache.release(4)
+        # its request is let in: loaded again, in place of the one no longer held
+        return await asyncio.wait_for(cache.hold_queued(version(2)), timeout=1)
+
+    placed = run(scenario())
+    assert placed.tier == "L3" and placed.load_ms > 0
+    assert engine.removed == [3, 2, 4] and engine.adds.count(2) == 2
+    assert cache.in_use(2) == 1
+
+
+def test_a_request_that_gives_up_while_queued_no_longer_keeps_its_version(world):
+    cache, engine, version = world
+
+    async def scenario():
+        await cache.activate(version(1), queue=True)
+        cache.dequeue(1)
+        await cache.activate(version(2), hold=True)
+        await cache.activate(version(3), hold=True)
+        await cache.activate(version(4))
+
+    run(scenario())
+    assert engine.removed == [1]  # the LRU pick, no longer kept for anyone
