@@ -111,14 +111,6 @@ class EngineTiers:
             if record.held == 0:
                 self.released.set()
 
-    def queue(self, record: CachedVersion, queued: bool) -> None:
-        """A request placed with the version starts (True) or stops (False) waiting for a
-        device slot."""
-        if queued:
-            record.queued += 1
-        elif record.queued > 0:
-            record.queued -= 1
-
     def await_load(self, record: CachedVersion, waiting: bool) -> None:
         """A request that will hold the version starts (True) or stops (False) waiting for
         its load."""
@@ -192,17 +184,6 @@ class EngineTiers:
             # Shares protect everyone left: still, vLLM's LRU must not choose. The policy's
             # pick among the unprotected goes (pins < max_loras <= capacity).
             chosen = rank([r for r in residents if not r.pinned], policy=policy, now=now)[:1]
-        if not chosen and len(residents) >= capacity:
-            # Every resident is protected. Those only queued for (their requests wait for a
-            # device slot, not in vLLM) may still go, the policy's pick first: such a request
-            # loads its version again once admitted, where waiting here for one of them to
-            # finish would stall every load behind requests that have not started.
-            queued = [
-                r.engine._replace(deprecated=r.deprecated)
-                for r in self.members.values()
-                if r.engine is not None and not r.must_stay
-            ]
-            chosen = rank(queued, policy=policy, now=now)[:1]
             if not chosen:
                 return None
         return chosen  # empty: it fits (the memory cap yields to pinned residents)

@@ -356,7 +356,6 @@ class CacheManager:
         deadline_s: float | None = None,
         wait_for_room: bool = True,
         hold: bool = False,
-        queue: bool = False,
     ) -> Placed:
         """Make the version usable by the engine; concurrent calls share one fetch and load.
 
@@ -365,9 +364,7 @@ class CacheManager:
         already loading, a new one waits for room (``wait_for_room``, within the deadline) or
         raises ``LoadQueueFull`` at once. With ``hold``, the version cannot leave the engine
         until ``release`` is called: a request generating with it holds it (vLLM's engine
-        core dies when an adapter is removed under a running request). With ``queue``, it
-        is kept for a request that waits for a device slot until ``hold_queued`` or
-        ``dequeue``: it leaves only when nothing unqueued is left to evict.
+        core dies when an adapter is removed under a running request).
         """
         record = self._record(resolved)
         owner = owner or Owner(tenant_id=resolved.tenant_id)
@@ -384,8 +381,6 @@ class CacheManager:
                 self.tiers.touch(record, time.monotonic(), self.policy.half_life_s)
                 if hold:
                     self.tiers.hold(record)
-                elif queue:
-                    self.tiers.queue(record, True)
                 if placed is not None:  # it was loaded for this request
                     return placed
                 return Placed(handle, tier, 0.0)
@@ -398,7 +393,7 @@ class CacheManager:
                     await self._wait_for_room(left)
                     continue
                 task = self.loads.start(record, self._load(resolved, record, owner, handle))
-            if hold or queue:
+            if hold:
                 self.tiers.await_load(record, True)
             try:
                 placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
@@ -407,27 +402,10 @@ class CacheManager:
                     f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
                 ) from None
             finally:
-                if hold or queue:
+                if hold:
                     self.tiers.await_load(record, False)
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
-
-    async def hold_queued(self, resolved: ResolvedVersion, *, owner: Owner | None = None) -> Placed:
-        """A request queued for ``resolved`` (``activate(queue=True)``) enters the engine:
-        it holds the version from now on, loading it again if it was evicted meanwhile (no
-        deadline: the request has waited its turn already)."""
-        record = self._record(resolved)
-        self.tiers.queue(record, False)
-        if record.engine is not None and not record.quarantined:  # the usual case: no await
-            self.tiers.hold(record)
-            return Placed(self._handle(resolved), self.tiers.tier_of(record), 0.0)
-        return await self.activate(resolved, owner=owner, hold=True)
-
-    def dequeue(self, version_id: int) -> None:
-        """A request queued for the version (``activate(queue=True)``) gave up."""
-        record = self.versions.get(version_id)
-        if record is not None:
-            self.tiers.queue(record, False)
 
     def release(self, version_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""

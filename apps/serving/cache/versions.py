@@ -59,10 +59,6 @@ class CachedVersion:
     # requests waiting for its load that will hold it once it is done: until they resume,
     # the fresh version must not be evicted for another (loaded, evicted, loaded again)
     awaiting: int = 0
-    # requests placed with it that wait for a device slot: kept in the engine while it has
-    # anything else to give up, but not held (32 requests queued over 20 adapters must not
-    # stop every load until one of them finishes)
-    queued: int = 0
     deprecated: bool = False  # no alias uses it any more: the first to go from every tier
     quarantined: bool = False
 
@@ -88,14 +84,8 @@ class CachedVersion:
 
     @property
     def protected(self) -> bool:
-        """Not to be evicted from the engine now: pinned, generating, just loaded for
-        requests that have not resumed yet, or queued for (``must_stay`` but the last)."""
-        return self.must_stay or self.queued > 0
-
-    @property
-    def must_stay(self) -> bool:
-        """Never to be evicted now: pinned, generating (vLLM's engine core dies when an
-        adapter leaves under a running request) or awaited by requests about to hold it."""
+        """Not to be evicted from the engine now: pinned, generating, or just loaded for
+        requests that have not resumed yet."""
         return self.pinned or self.held > 0 or self.awaiting > 0
 
 

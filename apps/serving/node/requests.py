@@ -74,8 +74,6 @@ class RequestTrace:
     ttft_ms: float | None = None
     degraded: bool = False  # the base model answered: the adapter could not load in time
     held: int | None = None  # the LoRA id this request holds in the engine while it runs
-    queued: int | None = None  # the LoRA id kept for it while it waits for a device slot
-    admitted: int | None = None  # the LoRA id the device-slot gate let in for it
     active: bool = False  # admitted to the engine's batch (the device-slot gate)
     finishing: bool = False  # on its last token (the gate may hand its slot on)
     prompt_tokens: int = 0
@@ -136,36 +134,6 @@ def _error_event(event: str) -> oai.ApiError | None:
     if status >= 500:
         return oai.ApiError(500, message, type_="server_error", code="internal_error")
     return oai.ApiError(status, message, code="invalid_request")
-
-
-def _owner(caller: Caller) -> Owner:
-    return Owner(
-        tenant_id=caller.tenant_id,
-        priority=caller.priority,
-        warm_quota=caller.max_warm_adapters,
-        hot_quota=caller.max_hot_adapters,
-    )
-
-
-def _cannot_load(label: str, exc: DiskFull | AdapterIntegrityError) -> oai.ApiError:
-    if isinstance(exc, DiskFull):
-        logger.error("could not land %s: %s", label, exc)
-        return oai.ApiError(
-            503,
-            f"{label} cannot be loaded: this node's disk cache is full; an operator has been "
-            "alerted; retry later",
-            type_="overloaded_error",
-            code="disk_full",
-            retry_after=30,
-        )
-    logger.error("refused to load %s: %s", label, exc)
-    return oai.ApiError(
-        403,
-        f"{label} failed its integrity check and is quarantined on this node; an operator "
-        "has been alerted",
-        type_="permission_error",
-        code="quarantined",
-    )
 
 
 def control_plane_unavailable() -> oai.ApiError:
@@ -309,13 +277,19 @@ class RequestPath:
         caller = trace.caller
         assert caller is not None
         sla = self.config.sla(caller.priority)
+        owner = Owner(
+            tenant_id=caller.tenant_id,
+            priority=caller.priority,
+            warm_quota=caller.max_warm_adapters,
+            hot_quota=caller.max_hot_adapters,
+        )
         try:
             placed: Placed = await self.cache.activate(
                 trace.resolved,
-                owner=_owner(caller),
+                owner=owner,
                 deadline_s=sla.deadline_ms / 1000 if deadline_s is None else deadline_s,
                 wait_for_room=sla.on_overload == "wait",
-                queue=True,  # held once the device-slot gate lets it in (``hold``)
+                hold=True,
             )
         except (LoadQueueFull, LoadDeadline) as exc:
             if sla.on_overload == "degrade":
@@ -335,46 +309,44 @@ class RequestPath:
                 code="load_queue_full" if full else "load_deadline",
                 retry_after=1 if full else 2,
             ) from None
-        except (DiskFull, AdapterIntegrityError) as exc:
-            raise _cannot_load(trace.resolved.label, exc) from None
+        except DiskFull as exc:
+            logger.error("could not land %s: %s", trace.resolved.label, exc)
+            raise oai.ApiError(
+                503,
+                f"{trace.resolved.label} cannot be loaded: this node's disk cache is full; an "
+                "operator has been alerted; retry later",
+                type_="overloaded_error",
+                code="disk_full",
+                retry_after=30,
+            ) from None
+        except AdapterIntegrityError as exc:
+            logger.error("refused to load %s: %s", trace.resolved.label, exc)
+            raise oai.ApiError(
+                403,
+                f"{trace.resolved.label} failed its integrity check and is quarantined on "
+                "this node; an operator has been alerted",
+                type_="permission_error",
+                code="quarantined",
+            ) from None
         trace.tier, trace.load_ms = placed.tier, placed.load_ms
-        trace.queued = placed.handle.lora_id
-        return placed.handle
-
-    async def hold(self, trace: RequestTrace) -> None:
-        """Step 6, once the device-slot gate let the request in: it holds its adapter in the
-        engine until it is done (``let_go``). Placed, it was only kept there (``queued``);
-        when it was evicted meanwhile, for a load that had nothing else to evict, it is
-        loaded again now."""
-        if trace.queued is None or trace.resolved is None:
-            return
-        assert trace.caller is not None
-        trace.queued = None
-        try:
-            placed = await self.cache.hold_queued(trace.resolved, owner=_owner(trace.caller))
-        except (DiskFull, AdapterIntegrityError) as exc:
-            raise _cannot_load(trace.resolved.label, exc) from None
-        trace.load_ms += placed.load_ms
         trace.held = placed.handle.lora_id
+        return placed.handle
 
     def leave_engine(self, trace: RequestTrace) -> None:
         """The request is out of the engine's batch (once per request)."""
         if trace.active:
-            self.cache.leave_engine(trace.admitted, finishing=trace.finishing)
+            self.cache.leave_engine(trace.held, finishing=trace.finishing)
             trace.active = False
 
     def finishing(self, trace: RequestTrace) -> None:
         """The request has one token left: its device slot may go to the next adapter."""
         if trace.active and not trace.finishing:
             trace.finishing = True
-            self.cache.finishing_in_engine(trace.admitted)
+            self.cache.finishing_in_engine(trace.held)
 
     def let_go(self, trace: RequestTrace) -> None:
         """The request no longer needs its adapter in the engine (once per request)."""
         self.leave_engine(trace)
-        if trace.queued is not None:
-            self.cache.dequeue(trace.queued)
-            trace.queued = None
         if trace.held is not None:
             self.cache.release(trace.held)
             trace.held = None
@@ -464,8 +436,6 @@ class RequestPath:
                 trace.queue_ms = ticket.waited_ms
                 await self.cache.enter_engine(handle.lora_id if handle else None)
                 trace.active = handle is not None
-                trace.admitted = handle.lora_id if handle else None
-                await self.hold(trace)
                 if self.seams.faults:
                     await self.seams.apply(trace.resolved.version_id if trace.resolved else None)
                 # the device slot is free for others as soon as vLLM is done with the request
@@ -707,8 +677,7 @@ class RequestPath:
                 raise oai.ApiError(503, f"{shadow.label} did not load in time", code="degraded")
             async with self.admission.spare_slot(headroom=self.shadow_headroom):
                 await self.cache.enter_engine(handle.lora_id)
-                trace.active, trace.admitted = True, handle.lora_id
-                await self.hold(trace)
+                trace.active = True
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),
                     on_last_token=lambda: self.finishing(trace),
