@@ -68,6 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.load_mix import SERVERS, cpu_seconds, one, rotation  # noqa: E402
+from bench.load_mix import drive as load_mix_drive  # noqa: E402
 from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
@@ -239,31 +240,10 @@ def workload(names: list[str], n: int, seed: int) -> list[str]:
 
 
 async def drive(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
-    import httpx
-
-    queue = list(reversed(list(enumerate(models))))
-    ttfts: list[float] = []
-    tokens = errors = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
-
-        async def worker() -> None:
-            nonlocal tokens, errors
-            while queue:
-                i, model = queue.pop()
-                first, made = await one(
-                    client, server.url, server.key, model, prompts[i % len(prompts)]
-                )
-                if first is None:
-                    errors += 1
-                else:
-                    ttfts.append(first)
-                    tokens += made
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        wall = time.perf_counter() - started
-    return Point(rps=len(ttfts) / wall, tps=tokens / wall, ttft=ttfts, errors=errors)
+    """``models`` in order from ``concurrency`` streaming clients (``load_mix.drive``)."""
+    jobs = [(model, prompts[i % len(prompts)]) for i, model in enumerate(models)]
+    done = await load_mix_drive(server.url, server.key, jobs, concurrency)
+    return Point(rps=done.rps, tps=done.tps, ttft=done.ttft, errors=done.errors)
 
 
 def measured(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:

@@ -101,3 +101,23 @@ def test_invalid_yaml_and_missing_files_are_reported_with_the_path(tmp_path):
         load_cache_config(tmp_path / "absent.yaml")
     with pytest.raises(ImproperlyConfigured, match="base_model: Field required"):
         parse_cache_config({"adapter_cache": {}})
+
+
+@pytest.mark.parametrize(
+    ("warm", "asked", "at_once"),
+    [(16, 4, 4), (16, 8, 4), (4, 4, 1), (32, 2, 2), (2, 4, 1)],
+)
+def test_loads_at_once_are_at_most_a_quarter_of_the_host_slots(warm, asked, at_once):
+    """Each load under way keeps a host slot: more than a quarter so kept and loads would
+    evict each other's fresh versions (the soak's configuration has 4 host slots)."""
+    config = parse_cache_config(
+        {
+            "base_model": "m",
+            "adapter_cache": {
+                "gpu_hot": {"max_adapters": 2},
+                "cpu_warm": {"max_adapters": warm},
+                "load_queue": {"max_concurrent_loads": asked},
+            },
+        }
+    )
+    assert config.adapter_cache.loads_at_once == at_once
