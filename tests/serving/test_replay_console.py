@@ -67,6 +67,8 @@ def test_a_replay_runs_in_the_worker_and_its_policy_can_be_applied(celery_worker
         assert name in page
     assert "A0</strong>, which knows the trace's popularity" in page.replace("&#x27;", "'")
     assert 'id="replay-tenants"' in page  # per-tenant hit rate and TTFT under each policy
+    # which load costs the TTFT column used (no node has measured any here)
+    assert "bench/load_tiers.py&#x27;s medians (no node measurements)" in page
     rows = [page.index(f'data-policy="{p}"') for p in ("weighted", "lru", "lfu")]
     assert rows == sorted(rows)  # as asked, the default first (jsonb keeps no key order)
     data = otto.get(f"/operator/replay/{run_id}/data").json()
