@@ -611,4 +611,6 @@ def test_loads_side_by_side_make_room_for_each_other_so_the_engine_never_overflo
     assert engine.peak == engine.settings.max_cpu_loras  # and never overflowed the engine
     held = {n for n in range(1, 8) if cache.holds(n)}
     assert held == engine.resident and len(held) == 3
-    assert len(engine.removed) == 4  # one out per one in: no load undid another's
+    # every add past the three slots came with one removal (an unheld fresh version may be
+    # evicted and loaded again before its caller resumes: more of both, never an overflow)
+    assert len(engine.adds) - len(engine.removed) == 3
