@@ -339,8 +339,9 @@ def ratios(these: list[Point], stock: list[Point], value) -> list[float]:
     return [value(a) / value(b) for a, b in zip(these, stock, strict=True)]
 
 
-def cell(xs: list[float]) -> str:
-    return " ".join(f"{x:.2f}" for x in xs) + f" | {statistics.median(xs):.2f}"
+def cell(xs: list[float], digits: int = 2) -> str:
+    """Each repetition's value, then their median."""
+    return " ".join(f"{x:.{digits}f}" for x in xs) + f" | {statistics.median(xs):.{digits}f}"
 
 
 if __name__ == "__main__":

@@ -67,8 +67,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.load_mix import SERVERS, cpu_seconds, one, rotation  # noqa: E402
-from bench.load_mix import drive as load_mix_drive  # noqa: E402
+from bench import load_mix  # noqa: E402
+from bench.load_mix import SERVERS, cell, cpu_seconds, one, ratios, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
@@ -111,17 +111,16 @@ def register():
 
 
 @dataclass
-class Point:
-    rps: float
-    tps: float
-    ttft: list[float]
-    errors: int
+class Point(load_mix.Point):
+    """``load_mix``'s point, with the engine loads the probe counted during it."""
+
     loads: int = 0
     load_ms: float = 0.0  # the sum over this point's loads
-    cpu_ms: float = float("nan")  # the server's CPU per request, all its processes
 
-    def p(self, q: float) -> float:
-        return pct(self.ttft, q) if self.ttft else float("nan")
+    @property
+    def cpu_ms(self) -> float:
+        """The server's CPU per request, all its processes."""
+        return self.front_cpu_ms + self.engine_cpu_ms
 
     @property
     def loads_per_1k(self) -> float:
@@ -242,7 +241,7 @@ def workload(names: list[str], n: int, seed: int) -> list[str]:
 async def drive(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
     """``models`` in order from ``concurrency`` streaming clients (``load_mix.drive``)."""
     jobs = [(model, prompts[i % len(prompts)]) for i, model in enumerate(models)]
-    done = await load_mix_drive(server.url, server.key, jobs, concurrency)
+    done = await load_mix.drive(server.url, server.key, jobs, concurrency)
     return Point(rps=done.rps, tps=done.tps, ttft=done.ttft, errors=done.errors)
 
 
@@ -255,7 +254,8 @@ def measured(server: Server, models: list[str], prompts: list[str], concurrency:
     point.loads = len(after) - len(before_loads)
     point.load_ms = sum(after) - sum(before_loads)
     done = max(len(point.ttft), 1)
-    point.cpu_ms = (front_after + engine_after - front - engine) * 1000 / done
+    point.front_cpu_ms = (front_after - front) * 1000 / done
+    point.engine_cpu_ms = (engine_after - engine) * 1000 / done
     return point
 
 
@@ -549,14 +549,6 @@ def replay_agreement(engine) -> dict:
 
 
 # --- report ----------------------------------------------------------------------------
-
-
-def ratios(these: list, stock: list, value) -> list[float]:
-    return [value(a) / value(b) for a, b in zip(these, stock, strict=True)]
-
-
-def cell(xs: list[float], digits: int = 2) -> str:
-    return " ".join(f"{x:.{digits}f}" for x in xs) + f" | {statistics.median(xs):.{digits}f}"
 
 
 def report(results: dict, args, engine) -> None:

@@ -332,6 +332,15 @@ def _increment(model, key: dict, sums: dict[str, float], peak: float) -> bool:
         return cursor.rowcount > 0
 
 
+def _counted(minute_model) -> list[str]:
+    """The columns a minute row counts (everything but its key)."""
+    return [
+        f.name
+        for f in minute_model._meta.concrete_fields
+        if f.name not in ("id", "minute", "tenant", *KEY_FIELDS)
+    ]
+
+
 def rebuild_rollups(
     minute_model=RequestMinute,
     rollup_model=RequestRollup,
@@ -340,11 +349,7 @@ def rebuild_rollups(
     """Recompute every 5-minute and hourly rollup and the platform-wide rows from the minute
     rows (after a bulk load, or for rows written before those existed). Returns the rows
     written."""
-    counted = [
-        f.name
-        for f in minute_model._meta.concrete_fields
-        if f.name not in ("id", "minute", "tenant", *KEY_FIELDS)
-    ]
+    counted = _counted(minute_model)
     coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     rows = minute_model.objects.values_list("minute", *KEY_FIELDS, *counted)
     for minute, *rest in rows.iterator(chunk_size=5000):
@@ -370,11 +375,7 @@ def rebuild_rollups(
 def rebuild_platform_rollups(minute_model=RequestMinute, platform_model=PlatformRollup) -> int:
     """Recompute every platform-wide row from the minute rows, summed in the database per
     minute; 5-minute and hourly rows are folded from those. Returns the rows written."""
-    counted = [
-        f.name
-        for f in minute_model._meta.concrete_fields
-        if f.name not in ("id", "minute", "tenant", *KEY_FIELDS)
-    ]
+    counted = _counted(minute_model)
     sums_of = {name: (Max(name) if name == "ttft_ms_max" else Sum(name)) for name in counted}
     steps: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     rows = minute_model.objects.values("minute").annotate(**sums_of).order_by("minute")

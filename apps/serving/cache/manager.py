@@ -491,7 +491,10 @@ class CacheManager:
                 adding=self._adding,
             )
             if victims is None:
-                # adding now would let vLLM evict one under a running request
+                # adding now would let vLLM evict one under a running request; what is out
+                # of the books goes out of the engine before the wait, not after it
+                await asyncio.gather(*removals)
+                removals.clear()
                 await self.tiers.wait_for_release()
                 continue
             if not victims:
