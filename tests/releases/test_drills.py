@@ -21,7 +21,16 @@ from tests.releases.conftest import Traffic, followed, inject, node_cache, timel
 
 pytestmark = pytest.mark.engine
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
-CANARY_ONLY = {"interval_s": 1, "failure_threshold": 2, "prewarm": False}
+# Not pre-warmed, the candidate's first canary request loads it from disk: against a warm
+# baseline its TTFT p95 over a handful of requests can exceed the default 1.5 ratio, and the
+# release rolls back on TTFT (seen in CI). These drills are about control flow under faults;
+# the TTFT gate's verdicts have their own tests in tests/releases/test_rules.py.
+CANARY_ONLY = {
+    "interval_s": 1,
+    "failure_threshold": 2,
+    "prewarm": False,
+    "canary_max_ttft_ratio": 10,
+}
 
 
 @pytest.fixture
@@ -230,8 +239,11 @@ def test_a_release_continues_after_its_worker_is_killed_and_its_node_restarts(
             successor, _ = start_worker(s3_server)
             workers.append(successor)
             deadline = time.monotonic() + 60
-            while alice.get(f"/api/releases/{release['id']}").json()["step"] < 1:
-                assert time.monotonic() < deadline, "the successor never moved the release on"
+            while (now := alice.get(f"/api/releases/{release['id']}").json())["step"] < 1:
+                assert now["state"] == "canary", f"release left the canary: {now['outcome']}"
+                assert time.monotonic() < deadline, (
+                    f"the successor never moved the release on; last check: {now['last_check']}"
+                )
                 time.sleep(0.2)
         restarted = time.monotonic()
         session_node.stop()

@@ -246,6 +246,17 @@ def test_failure_threshold_failed_checks_in_a_row_roll_back(alias, support_versi
     assert audit.after["gates"][1]["value"] == 1.0
 
 
+def test_a_canary_slower_than_the_ratio_allows_fails_the_ttft_gate(alias, support_versions, alice):
+    release = start_v2(alice, alias, support_versions, {**FAST, "canary_max_ttft_ratio": 1.5})
+    requests(alias, "v1", 50, ttft=100.0)
+    requests(alias, "v2", 6, ttft=160.0)
+    assert services.judge(release.pk) == "fail"
+    release.refresh_from_db()
+    gate = {g["gate"]: g for g in release.last_check["gates"]}["canary TTFT p95 ratio"]
+    assert (gate["verdict"], gate["value"], gate["threshold"]) == ("fail", 1.6, 1.5)
+    assert gate["detail"] == "160 ms against 100 ms"
+
+
 def test_a_passing_check_resets_the_count_and_quality_markers_are_judged(
     alias, support_versions, alice
 ):
@@ -358,7 +369,9 @@ def test_two_judges_at_once_move_the_release_once(
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(outcomes) in (["advance", "busy"], ["advance", "hold"])
+    # the second judge finds the row locked (busy), or, once the first has committed, step 2
+    # with no request of its own yet (wait): either way it moves nothing
+    assert sorted(outcomes) in (["advance", "busy"], ["advance", "wait"]), outcomes
     assert ReleaseEvent.objects.filter(release=release, kind="advance").count() == 1
     assert Alias.objects.get(pk=alias.pk).canary_percent == 100
 
