@@ -420,7 +420,7 @@ def run(args, servers: dict[str, Server], names: list[str]) -> dict:
         started = time.perf_counter()
         asyncio.run(drive(server, names, prompts, 4))
         print(f"warmed up {server.name} in {time.perf_counter() - started:.0f} s", flush=True)
-    results: dict = {"c": {}, "cold": {}}
+    results: dict = {"c": {}, "cold": {}, "sequence": models}
     # The ceiling: stock with every request of the sequence on its hottest adapter (no loads,
     # no slot changes, the fullest batches). No scheduler of the 200 adapters can beat it on
     # the same engine, so ceiling / stock bounds what any gain over stock can be.
@@ -551,6 +551,38 @@ def replay_agreement(engine) -> dict:
 # --- report ----------------------------------------------------------------------------
 
 
+def bound(results: dict, engine) -> None:
+    """What any admission order could do on this run's sequence: ``bench/batching_bound.py``'s
+    step model, its costs from this run's one-adapter points, beside the measured req/s."""
+    from bench import batching_bound
+
+    med = statistics.median
+    measured = {
+        c: {
+            label: med(p.rps for p in points)
+            for (cc, label), points in results["c"].items()
+            if cc == c
+        }
+        for c in CONCURRENCY
+    }
+    cost = batching_bound.StepCost.from_ceiling(
+        {c: measured[c]["ceiling"] for c in CONCURRENCY}, MAX_TOKENS
+    )
+    print(
+        "\nWhat an admission order could gain on this sequence (bench/batching_bound.py: a step "
+        "model, its costs from this run's one-adapter points; loads cost nothing in it)\n"
+    )
+    lines = batching_bound.table(
+        results["sequence"],
+        CONCURRENCY,
+        cost,
+        slots=engine.max_loras,
+        tokens=MAX_TOKENS,
+        measured=measured,
+    )
+    print("\n".join(lines))
+
+
 def report(results: dict, args, engine) -> None:
     print(
         f"\nLoad (c): {args.adapters} adapters, Azure conversation trace (every "
@@ -601,6 +633,7 @@ def report(results: dict, args, engine) -> None:
                     f"{f'[{min(aa):.2f}, {max(aa):.2f}]':<14}"
                     + (cell(ceiling) if metric != "loads/1k" else "")
                 )
+        bound(results, engine)
     if results["cold"]:
         print(
             f"\nCold load under hot traffic: {COLD_STREAMS} streams on the {HOT} hottest "
