@@ -40,6 +40,9 @@ in the phase) every 2 s; the hot requests' TTFT p95 with the cold loads over wit
 **Ceiling**: right after stock at each point, stock again with every request of the sequence
 on its hottest adapter: no loads, no slot changes, the fullest batches. No way of scheduling
 the 200 adapters on the same engine does better, so ceiling / stock bounds any gain over stock.
+A loose bound: it removes the adapters' diversity, which no scheduler can. **Step model**: from
+the ceiling's two points, ``bench/batching_bound.py`` models the engine and prints what each
+admission order (vLLM's, the node's gate, an idealized one) does on the same sequence.
 
 **Replay agreement**: after the run, ``manage.py replay``'s engine (``apps/serving/replay``)
 replays the node's own request log under the default policy with the node's capacities and
@@ -616,7 +619,7 @@ def report(results: dict, args, engine) -> None:
         )
         print(
             f"{'C':>4}  {'metric':<10}{'node / stock':<26}{'A/A stock-b / stock':<26}"
-            f"{'A/A range':<14}ceiling / stock (one adapter: the most any scheduler could gain)"
+            f"{'A/A range':<14}ceiling / stock (one adapter: no adapter diversity at all)"
         )
         for c in CONCURRENCY:
             stock = results["c"][(c, "stock")]
