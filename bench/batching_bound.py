@@ -12,7 +12,8 @@ per load on this machine, on both sides). Three schedulers:
   be one too many for the batch is skipped, the next one looked at;
 - **gate**: the node's ``DeviceGate`` (``apps/serving/cache/gate.py``): requests for adapters in
   the batch join it; a free slot goes to the adapter with the most requests waiting, or to
-  one waiting past the starvation bound, and then nobody joins until it has its slot;
+  one waiting past the starvation bound, and then the adapter that frees its slot first
+  takes no newcomers until it has;
 - **best groups**: at every step, the ``slots`` adapters with the most requests outstanding,
   pausing every other request for free. vLLM cannot pause a running request; it stands for
   the best an admission order could hope for.
@@ -134,9 +135,16 @@ def gate(outstanding: list[Request], now: float, slots: int, state: Gate) -> lis
         and now - waiting[choice][0].arrived_ms >= state.starvation_ms()
         and len(adapters) >= slots
     )
-    if not starving:
-        for adapter in [a for a in waiting if a in adapters]:
-            admit(adapter)
+    draining = None  # while one starves, the adapter that frees first takes no newcomers
+    if starving:
+        newest: dict[str, float] = {}
+        for request in batch:
+            newest[request.adapter] = max(
+                newest.get(request.adapter, 0.0), request.admitted_ms or 0.0
+            )
+        draining = min(newest, key=lambda a: newest[a])
+    for adapter in [a for a in waiting if a in adapters and a != draining]:
+        admit(adapter)
     while len(adapters) < slots and (choice := next_adapter()) is not None:
         admit(choice)
     return batch

@@ -396,6 +396,38 @@ def test_an_adapter_waiting_too_long_gets_the_next_slot_even_while_others_stay_b
     run(scenario())
 
 
+def test_a_starving_adapter_stops_the_newcomers_of_the_adapter_that_frees_first_only(
+    monkeypatch,
+):
+    """Two slots, adapters 1 and 2 in the batch, 2 let in last. Adapter 3 starves: adapter 1,
+    whose newest request is the oldest, takes no newcomers until its slot frees for 3;
+    adapter 2's newcomers keep joining its batch meanwhile."""
+    from apps.serving.cache import gate as gate_module
+
+    monkeypatch.setattr(gate_module, "STARVATION_S", 0.1)
+
+    async def scenario():
+        gate = DeviceGate(lambda: 2)
+        await gate.enter(1, pinned=False)
+        await asyncio.sleep(0.01)
+        await gate.enter(2, pinned=False)
+        starved = asyncio.ensure_future(gate.enter(3, pinned=False))
+        await asyncio.sleep(gate_module.STARVATION_S + 0.05)  # 3 starts starving
+        for_two = asyncio.ensure_future(gate.enter(2, pinned=False))
+        for_one = asyncio.ensure_future(gate.enter(1, pinned=False))
+        await asyncio.sleep(0.01)
+        assert for_two.done(), "adapter 2's newcomer waited, though 1 frees the slot"
+        assert not for_one.done() and not starved.done()
+        gate.leave(1)  # adapter 1's one request finishes: its slot goes to the starving 3
+        await asyncio.wait_for(starved, timeout=1)
+        assert gate.active() == {2, 3} and not for_one.done()
+        gate.leave(3)
+        await asyncio.wait_for(for_one, timeout=1)
+        assert gate.active() == {1, 2}
+
+    run(scenario())
+
+
 def test_the_starvation_bound_follows_how_long_requests_take_in_the_engine(monkeypatch):
     """On a slow engine (each request 1 s in the engine, longer than the 0.5 s floor) an
     adapter becomes starving only after twice that: at 1.5 s of waiting, newcomers for the
