@@ -37,8 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-STARVATION_S = 0.5  # the gate's own constants (apps/serving/cache/gate.py)
-STARVATION_HOLDS = 4.0
+from apps.serving.cache.gate import HOLD_EWMA, STARVATION_HOLDS, STARVATION_S  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -78,12 +77,12 @@ class Outcome:
 
 
 # A scheduler picks, before each step, which outstanding requests the step runs.
-Scheduler = Callable[[list[Request], float, int, "Gate"], list[Request]]
+Scheduler = Callable[[list[Request], float, int, "SchedulerState"], list[Request]]
 
 
 @dataclass
-class Gate:
-    """The little state a scheduler keeps between steps: the gate's mean time in the engine."""
+class SchedulerState:
+    """What a scheduler keeps between steps: the gate's mean time in the engine."""
 
     hold_ms: float | None = None
 
@@ -91,7 +90,7 @@ class Gate:
         return max(STARVATION_S * 1000, STARVATION_HOLDS * (self.hold_ms or 0.0))
 
 
-def vllm(outstanding: list[Request], now: float, slots: int, _: Gate) -> list[Request]:
+def vllm(outstanding: list[Request], now: float, slots: int, _: SchedulerState) -> list[Request]:
     batch = [r for r in outstanding if r.admitted_ms is not None]
     adapters = {r.adapter for r in batch}
     for request in outstanding:  # in arrival order
@@ -102,7 +101,9 @@ def vllm(outstanding: list[Request], now: float, slots: int, _: Gate) -> list[Re
     return batch
 
 
-def gate(outstanding: list[Request], now: float, slots: int, state: Gate) -> list[Request]:
+def gate(
+    outstanding: list[Request], now: float, slots: int, state: SchedulerState
+) -> list[Request]:
     batch = [r for r in outstanding if r.admitted_ms is not None]
     adapters = {r.adapter for r in batch}
     waiting: dict[str, list[Request]] = {}
@@ -150,7 +151,9 @@ def gate(outstanding: list[Request], now: float, slots: int, state: Gate) -> lis
     return batch
 
 
-def best_groups(outstanding: list[Request], now: float, slots: int, _: Gate) -> list[Request]:
+def best_groups(
+    outstanding: list[Request], now: float, slots: int, _: SchedulerState
+) -> list[Request]:
     groups: dict[str, list[Request]] = {}
     for request in outstanding:
         groups.setdefault(request.adapter, []).append(request)
@@ -178,7 +181,7 @@ def simulate(
     pending = iter(sequence)
     outstanding: list[Request] = []
     now, done, batch_sum, steps = 0.0, 0, 0, 0
-    state = Gate()
+    state = SchedulerState()
     ttfts: list[float] = []
 
     def take() -> None:
@@ -204,7 +207,7 @@ def simulate(
                 state.hold_ms = (
                     held
                     if state.hold_ms is None
-                    else (state.hold_ms + 0.05 * (held - state.hold_ms))
+                    else (state.hold_ms + HOLD_EWMA * (held - state.hold_ms))
                 )
                 take()
     ttfts.sort()

@@ -133,7 +133,10 @@ class DeviceGate:
         now = time.monotonic()
         # waiters of adapters in the batch join it: not one whose slot is being handed on,
         # nor the one draining for a starving adapter
-        closed = self._leaving() | {self._draining(now)}
+        closed = self._leaving()
+        draining = self._draining(now)
+        if draining is not None:
+            closed.add(draining)
         for lora_id in [lid for lid in self._waiting if lid in self._active]:
             if lora_id not in closed:
                 self._admit(lora_id, now)
