@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -68,6 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+EXPORT = ROOT / "var" / "bench" / "many_adapters-requests.jsonl"  # the node's log, last run
 sys.path.insert(0, str(ROOT))
 
 from bench import load_mix  # noqa: E402
@@ -508,7 +510,8 @@ def replay_agreement(engine) -> dict:
     from apps.serving.cache.policies import POLICIES
     from apps.serving.models import RequestLog
     from apps.serving.replay import run as replay_run
-    from apps.serving.replay.log import costs_from_log
+    from apps.serving.replay.log import costs_from_log, log_rows
+    from apps.serving.replay.traces import write_export
 
     default = POLICIES[0]  # "weighted": the node's default
     time.sleep(3)  # the node's statistics writer flushes every second
@@ -519,8 +522,14 @@ def replay_agreement(engine) -> dict:
         capacity=replay_run.capacity_from_config(),
         costs=costs,
     )
-    report = replay_run.execute(spec)
+    trace = spec.trace.build()
+    report = replay_run.execute(spec, trace=trace)
     replayed = report["policies"][default]
+    # the same without holds (every version free to leave at any time), to show what they do
+    unheld = replay_run.execute(spec, trace=dataclasses.replace(trace, held_s=None))
+    # kept for replaying again without the servers (`manage.py replay --file`, printed below)
+    EXPORT.parent.mkdir(parents=True, exist_ok=True)
+    write_export(log_rows(since_hours=6), EXPORT)
     live = RequestLog.objects.filter(status=200, ttft_ms__isnull=False)
     ttfts = np.array(list(live.values_list("ttft_ms", flat=True)))
     where_time_goes = {}  # the node's own per-request accounting, by tier
@@ -542,6 +551,9 @@ def replay_agreement(engine) -> dict:
             "p95": float(np.percentile(ttfts, 95)) if len(ttfts) else float("nan"),
         },
         "replay_ttft": replayed["ttft_ms"],
+        "unheld": unheld["policies"][default]["tier_rates"],
+        "unheld_ttft": unheld["policies"][default]["ttft_ms"],
+        "capacity": spec.capacity,
         "node_accounting": where_time_goes,
         "costs": {
             "base_ttft_ms": costs.base_ttft_ms,
@@ -668,6 +680,7 @@ def report(results: dict, args, engine) -> None:
         for label, tiers, ttft in (
             ("live", agreement["live"], agreement["live_ttft"]),
             ("replay", agreement["replay"], agreement["replay_ttft"]),
+            ("no holds", agreement["unheld"], agreement["unheld_ttft"]),
         ):
             print(
                 f"{label:<8}"
@@ -676,6 +689,19 @@ def report(results: dict, args, engine) -> None:
                 + "".join(f"{100 * tiers.get(t, 0):>7.1f}%" for t in ("L3", "L4"))
                 + f"{ttft['p50']:>10.0f}{ttft['p95']:>8.0f}"
             )
+        capacity, costs = agreement["capacity"], agreement["costs"]
+        print(
+            f"\n(replay: each version held from its request's arrival to its last byte, as "
+            "logged; no holds: any version may leave at any time)\nagain, without the servers: "
+            f".venv/bin/python manage.py replay --file "
+            f"{EXPORT.relative_to(ROOT)} --policies weighted --l1 {capacity.l1_slots} --l2 "
+            f"{capacity.l2_slots} --l2-gb {(capacity.l2_bytes or 0) / 2**30:g} --l3-gb "
+            f"{(capacity.l3_bytes or 0) / 2**30:g} --ttl-minutes {(capacity.ttl_s or 0) / 60:g} "
+            f"--max-pending {capacity.max_pending} --max-loads {capacity.max_loads} "
+            f"--max-fetches {capacity.max_fetches} --base-ttft-ms {costs['base_ttft_ms']:.1f} "
+            f"--bench-costs --l3-ms {costs['l3_ms']:.1f} --l3-ms-per-mb 0 --l4-ms "
+            f"{costs['l4_ms']:.1f} --l4-ms-per-mb 0"
+        )
         print(
             "\nWhere the node's requests spent their time (its own log, every request of the "
             "run; means in ms: waiting at the admission gate for a device slot or the load "

@@ -385,3 +385,35 @@ def test_the_replay_s_lazy_heap_decides_exactly_as_ranking_every_miss(requests, 
     slow = replay(trace, ranked(name), capacity, FREE, record_tiers=True)
     assert fast.tier_log == slow.tier_log
     assert fast.evictions == slow.evictions
+
+
+def held(names: str, at: list[float], held_s: list[float]) -> Trace:
+    trace = trace_of(names)
+    trace.at, trace.held_s = at, held_s
+    return trace
+
+
+def test_a_version_held_by_a_running_request_stays_and_the_load_waits_for_a_release():
+    """As the node's ``_make_room``: a version generating cannot leave the engine, so with
+    every resident held the load waits for the first request to end, and its victim is the
+    version let go, not the policy's first pick. A request for the waiting version waits with
+    it; one for the version that stayed is a hit."""
+    # A (held until 1.0 s) and B (until 0.6 s) fill two engine slots when C arrives at 0.2 s
+    trace = held("ABCCAB", [0.0, 0.1, 0.2, 0.3, 0.8, 0.9], [1.0, 0.5, 0.1, 0.1, 0.1, 0.1])
+    capacity = Capacity(l1_slots=1, l2_slots=2)
+    result = replay(trace, "lru", capacity, FREE, record_tiers=True)
+    assert result.tier_log == ["L4", "L4", "L4", "L4", "L2", "L3"]  # B went for C, A stayed
+    assert list(result.ttft_ms[2:4]) == pytest.approx([450.0, 350.0])  # both until 0.6 s
+    assert result.loads == 4 and result.evictions["L2"] == 2  # B at 0.6 s, then C for B
+    # the same requests taking no time: LRU evicts A for C, so A's return is a load
+    instant = replay(trace_of("ABCCAB"), "lru", capacity, FREE, record_tiers=True)
+    assert instant.tier_log[4] == "L3"
+
+
+def test_a_version_is_held_until_its_last_running_request_ends():
+    # A's first request runs until 2.0 s, its second (1.5 s) until 1.6 s: A is held to 2.0 s
+    trace = held("AABC", [0.0, 1.5, 1.6, 1.7], [2.0, 0.1, 0.05, 0.1])
+    result = replay(trace, "lru", Capacity(l1_slots=1, l2_slots=2), FREE, record_tiers=True)
+    # C at 1.7 s: B (ended at 1.65 s) goes, though A is less recently used
+    assert result.tier_log == ["L4", "L1", "L4", "L4"]
+    assert result.ttft_ms[3] == pytest.approx(50.0)  # B was free: no wait

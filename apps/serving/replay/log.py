@@ -3,11 +3,12 @@ costs the node measured."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from django.db.models import Sum
+from django.db.models import Max, Sum
 
 from apps.registry.models import AdapterVersion
 from apps.serving.histograms import bucket_fields, quantile
@@ -35,16 +36,24 @@ def _window(since_hours: float, tenant: str | None):
 
 
 def log_rows(*, since_hours: float = 24.0, tenant: str | None = None) -> Iterator[dict]:
-    """The logged requests that used an adapter, oldest first, in ``traces.EXPORT_FIELDS``."""
+    """The logged requests that used an adapter, in ``traces.EXPORT_FIELDS``, in the order
+    they arrived (``at``: the arrival; ``duration_ms``: until the last byte).
+
+    The log stamps a request when it ends, so it is read in that order and put back in
+    arrival order through a buffer of the requests that may still be overtaken: a request
+    that ends at ``t`` arrived after ``t`` minus the longest logged duration."""
     versions: dict[tuple[int, str, str], tuple[int, int]] = {}
     priorities = dict(Tenant.objects.values_list("id", "priority"))
     slugs = dict(Tenant.objects.values_list("id", "slug"))
-    for row in (
-        _window(since_hours, tenant)
-        .values_list("at", "tenant_id", "alias", "adapter_id", "version", "tier")
-        .iterator(chunk_size=5000)
-    ):
-        at, tenant_id, alias, adapter_id, version, tier = row
+    window = _window(since_hours, tenant)
+    longest = timedelta(milliseconds=window.aggregate(m=Max("total_ms"))["m"] or 0.0)
+    waiting: list[tuple[datetime, int, dict]] = []  # by arrival, then log order
+    rows = window.values_list(
+        "at", "tenant_id", "alias", "adapter_id", "version", "tier", "total_ms"
+    ).iterator(chunk_size=5000)
+    for number, (ended, tenant_id, alias, adapter_id, version, tier, total_ms) in enumerate(rows):
+        while waiting and waiting[0][0] < ended - longest:  # nothing later arrives before it
+            yield heapq.heappop(waiting)[2]
         key = (tenant_id, adapter_id, version)
         if key not in versions:
             found = (
@@ -58,8 +67,9 @@ def log_rows(*, since_hours: float = 24.0, tenant: str | None = None) -> Iterato
         version_id, size = versions[key]
         if not version_id:
             continue  # a version since deleted from the registry (never happens; be safe)
-        yield {
-            "at": at.isoformat(),
+        arrived = ended - timedelta(milliseconds=total_ms)
+        row = {
+            "at": arrived.isoformat(),
             "tenant": slugs.get(tenant_id, str(tenant_id)),
             "alias": alias,
             "version_id": version_id,
@@ -67,7 +77,11 @@ def log_rows(*, since_hours: float = 24.0, tenant: str | None = None) -> Iterato
             "size_bytes": size,
             "priority": priorities.get(tenant_id, 1),
             "tier": tier,
+            "duration_ms": round(total_ms, 3),
         }
+        heapq.heappush(waiting, (arrived, number, row))
+    while waiting:
+        yield heapq.heappop(waiting)[2]
 
 
 def trace_from_log(*, since_hours: float = 24.0, tenant: str | None = None) -> Trace:

@@ -21,6 +21,16 @@ finish, counted as ``queue_full``). Requests for a version still loading wait fo
 as on the node (single flight). A decision takes effect at the request's arrival; its time
 cost is counted in that request's TTFT (base TTFT + waiting + loading).
 
+Holds, for a trace from the node's log (``Trace.held_s``: each request's arrival to last
+byte): a request holds its version until it ends, and a held or loading version never leaves
+the engine (``EngineTiers.victims``). A load that finds every resident so waits, as the node's
+``_make_room`` does, for the first to be let go; requests arriving meanwhile see the engine as
+it is then (a version about to go can still be hit, and so held again), and requests for the
+waiting version wait with it. Without ``held_s`` nothing is held (synthetic traces: requests
+take no time). Approximations: a load waiting for room does not hold one of ``max_loads``'
+slots (the node's does), and the holds are the node's logged durations, whatever the replayed
+policy would have made them.
+
 Policies that have a time-invariant ``retention`` key (lru, lfu and each of the default's
 settings) are kept in a heap and handed to ``select_victims`` already ordered; the others are
 ranked on every miss. Either way the policy object and ``select_victims`` are the node's, and
@@ -325,6 +335,9 @@ def replay(
     next_expiry = 0.0
     l2_ms = costs.l2_ms
     observe = policy.observe
+    held = trace.held_s
+    held_until: dict[int, float] = {}  # when each version's last request ends (with ``held``)
+    waiting_room: dict[int, list[tuple[int, float]]] = {}  # a load waiting for room: requests
     started = time.perf_counter()
 
     def refill_l1() -> None:
@@ -356,18 +369,118 @@ def replay(
                 ),
             )
 
+    def busy(k: int, t: float) -> bool:
+        """Loading, or held by a request still running at ``t``: it cannot leave the engine."""
+        return ready.get(k, 0.0) > t or held_until.get(k, 0.0) > t
+
+    def make_room(tenant: int, size: int, t: float, *, loading: int) -> bool:
+        """Evict from the engine until one more version of ``tenant`` fits (placement.
+        _make_room, EngineTiers.victims) at ``t``, beside ``loading`` loads not yet in the
+        queue's count. False: every resident is held or loading, so the load waits for a
+        release (only with holds; without them nothing is held)."""
+
+        def skip(k: int, t: float = t) -> bool:
+            return busy(k, t)
+
+        while True:
+            residents = engine.residents
+            over_memory = bool(residents) and (
+                l2_bytes is not None and engine.bytes + size > l2_bytes
+            )
+            capacity_now = len(residents) if over_memory else l2_slots
+            if len(residents) < capacity_now and not quotas:
+                return True
+            ordered = engine.ordered(t, skip)
+            asked: list = []
+
+            def setting_order(e: int, asked: list = asked, t: float = t):
+                asked.append(engine.ordered(t, skip, e))
+                return asked[-1]
+
+            victims = select_victims(
+                residents.values(),
+                policy=policy,
+                now=t,
+                capacity=capacity_now,
+                requester=tenant,
+                quotas=quotas,
+                pressure=min(
+                    1.0, (len(pending) + len(waiting_room) + loading) / capacity.max_pending
+                ),
+                ordered=ordered,
+                census=engine.census,
+                orders=setting_order,
+            )
+            _restore(ordered)
+            for order in asked:
+                _restore(order)
+            if not victims and len(residents) >= capacity_now:
+                fallback = engine.ordered(t, skip)
+                victims = list(itertools.islice(fallback, 1))
+                _restore(fallback)
+            if not victims:
+                return held is None or len(residents) < capacity_now
+            for victim in victims:
+                policy.on_evict(victim, t)
+                leave_engine(victim.version_id)
+                result.evictions["L2"] += 1
+
+    def admit(key: int, t: float) -> None:
+        """The version enters the engine at ``t`` (its room made)."""
+        adapter = adapters[key]
+        known = disk.residents.get(key)
+        engine.put(
+            key,
+            Resident(
+                key,
+                adapter.tenant,
+                adapter.size_bytes,
+                t,
+                known.hits if known is not None else 1.0,
+                costs.load_ms("L3", adapter.size_bytes),
+                priorities.get(adapter.tenant, 1),
+            ),
+        )
+
+    settled = [0.0]  # when ``settle`` last placed a load: its clock never goes back
+
+    def settle(until: float) -> None:
+        """Loads waiting for room get it, oldest first, as the versions they wait on are let
+        go (the end of their last request, or of their load), up to ``until``."""
+        t = settled[0]
+        while waiting_room:
+            # make_room failed at t only if every resident was busy then: the next release
+            frees = (max(held_until.get(k, 0.0), ready.get(k, 0.0)) for k in in_engine)
+            t = max(min((f for f in frees if f > t), default=until + 1), settled[0])
+            if t > until:
+                return
+            while waiting_room:
+                key = next(iter(waiting_room))
+                size = adapters[key].size_bytes
+                if not make_room(adapters[key].tenant, size, t, loading=0):
+                    break
+                settled[0] = t
+                admit(key, t)
+                done = t + (costs.l3_ms + costs.l3_ms_per_mb * size / MB) / 1000
+                ready[key] = done
+                heapq.heappush(pending, done)
+                for index, arrived in waiting_room.pop(key):
+                    ttft[index] = base_ttft + (done - arrived) * 1000
+
     in_engine = engine.residents  # (the same dict for the whole run)
     bytes_requested = bytes_hit = 0
-    for now, key in zip(trace.at, trace.keys, strict=True):
+    for index, (now, key) in enumerate(zip(trace.at, trace.keys, strict=True)):
         adapter = adapters[key]
         size = adapter.size_bytes
         bytes_requested += size
+        if waiting_room:
+            settle(now)
         observe(key, now)  # every request, as the node's cache manager does
         if ttl is not None and now >= next_expiry:  # the node's TTL sweep, once a second
             next_expiry = now + 1.0
             cutoff = now - ttl
             for gone in [k for k, r in engine.residents.items() if r.last_used < cutoff]:
-                if ready.get(gone, 0.0) <= now:
+                if ready.get(gone, 0.0) <= now and held_until.get(gone, 0.0) <= now:
                     leave_engine(gone)
                     result.evictions["L2"] += 1
         while pending and pending[0] <= now:
@@ -375,7 +488,12 @@ def replay(
 
         served_hot = False
         resident = in_engine.get(key)
-        if resident is not None:
+        wait: float | None
+        if key in waiting_room:  # its load waits for room: so does this request
+            tier = source[key]
+            waiting_room[key].append((index, now))
+            wait = None  # known when the room is
+        elif resident is not None:
             if ready.get(key, 0.0) > now:  # still loading: wait for that load
                 tier = source[key]
                 wait = (ready[key] - now) * 1000
@@ -388,18 +506,15 @@ def replay(
         else:
             tier = "L3" if key in disk.residents else "L4"
             t0 = now
-            if len(pending) >= capacity.max_pending:  # the queue is full: wait for room
-                result.queue_full += 1
+            if len(pending) + len(waiting_room) >= capacity.max_pending and pending:
+                result.queue_full += 1  # the queue is full: wait for room
                 t0 = heapq.heappop(pending)
             if tier == "L4":
                 fetched = max(t0, fetchers[0]) + costs.land_ms(size) / 1000
                 heapq.heapreplace(fetchers, fetched)  # the download slot free first
                 t0 = fetched
             done = max(t0, loaders[0]) + (costs.l3_ms + costs.l3_ms_per_mb * size / MB) / 1000
-            heapq.heapreplace(loaders, done)  # the engine-add slot free first
-            heapq.heappush(pending, done)
-            ready[key], source[key] = done, tier
-            wait = (done - now) * 1000
+            source[key] = tier
             result.loads += 1
             result.reload_ms += costs.load_ms(tier, size)
             # L3 first, as the node lands a version before adding it to the engine
@@ -422,10 +537,15 @@ def replay(
             if tier == "L4" and l3_bytes is not None and disk.bytes > l3_bytes:
                 over = disk.bytes - l3_bytes
 
-                def busy(k: int, key: int = key, now: float = now) -> bool:
-                    return k == key or k in engine.residents or ready.get(k, 0.0) > now
+                def on_disk_busy(k: int, key: int = key, now: float = now) -> bool:
+                    return (
+                        k == key
+                        or k in engine.residents
+                        or k in waiting_room
+                        or ready.get(k, 0.0) > now
+                    )
 
-                candidates = disk.ordered(now, busy)
+                candidates = disk.ordered(now, on_disk_busy)
                 chosen = []
                 for victim in candidates:
                     if over <= 0:
@@ -437,63 +557,17 @@ def replay(
                     policy.on_evict(victim, now)
                     disk.pop(victim.version_id)
                     result.evictions["L3"] += 1
-
-            # make room in the engine (placement._make_room, EngineTiers.victims)
-            def loading(k: int, now: float = now) -> bool:
-                return ready.get(k, 0.0) > now
-
-            while True:
-                residents = engine.residents
-                over_memory = bool(residents) and (
-                    l2_bytes is not None and engine.bytes + size > l2_bytes
-                )
-                capacity_now = len(residents) if over_memory else l2_slots
-                if len(residents) < capacity_now and not quotas:
-                    break
-                ordered = engine.ordered(now, loading)
-                asked: list = []
-
-                def setting_order(e: int, asked: list = asked, now: float = now):
-                    asked.append(engine.ordered(now, loading, e))
-                    return asked[-1]
-
-                victims = select_victims(
-                    residents.values(),
-                    policy=policy,
-                    now=now,
-                    capacity=capacity_now,
-                    requester=adapter.tenant,
-                    quotas=quotas,
-                    pressure=min(1.0, len(pending) / capacity.max_pending),
-                    ordered=ordered,
-                    census=engine.census,
-                    orders=setting_order,
-                )
-                _restore(ordered)
-                for order in asked:
-                    _restore(order)
-                if not victims and len(residents) >= capacity_now:
-                    fallback = engine.ordered(now, loading)
-                    victims = list(itertools.islice(fallback, 1))
-                    _restore(fallback)
-                if not victims:
-                    break
-                for victim in victims:
-                    policy.on_evict(victim, now)
-                    leave_engine(victim.version_id)
-                    result.evictions["L2"] += 1
-            engine.put(
-                key,
-                Resident(
-                    key,
-                    adapter.tenant,
-                    size,
-                    now,
-                    known.hits,
-                    costs.load_ms("L3", size),
-                    priority,
-                ),
-            )
+            if make_room(adapter.tenant, size, now, loading=1):
+                heapq.heapreplace(loaders, done)  # the engine-add slot free first
+                heapq.heappush(pending, done)
+                ready[key] = done
+                wait = (done - now) * 1000
+                admit(key, now)
+            else:  # every resident held: wait for the first let go (``settle``)
+                waiting_room[key] = [(index, now)]
+                wait = None
+        if held is not None:
+            held_until[key] = max(held_until.get(key, 0.0), now + held[index])
         # device slots: the most recently used versions in the engine
         recency[key] = None
         recency.move_to_end(key)
@@ -509,7 +583,7 @@ def replay(
             if len(l1) * size > peak["L1"]:  # (cheap test first: most runs have one size)
                 peak["L1"] = max(peak["L1"], sum(adapters[k].size_bytes for k in l1))
         tiers[tier] += 1
-        ttft.append(base_ttft + wait)
+        ttft.append(base_ttft + wait if wait is not None else 0.0)
         hit.append(served_hot)
         if tier_log is not None:
             tier_log.append(tier)
@@ -517,6 +591,8 @@ def replay(
             peak["L2"] = engine.bytes
         if disk.bytes > peak["L3"]:
             peak["L3"] = disk.bytes
+    if waiting_room:
+        settle(float("inf"))
     result.seconds = time.perf_counter() - started
     result.bytes_requested, result.bytes_hit = bytes_requested, bytes_hit
     result.requests = n

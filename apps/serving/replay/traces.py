@@ -72,6 +72,9 @@ class Trace:
     at: list[float]
     keys: list[int]
     tiers: list[str] | None = None  # what the node reported, for a trace from its log
+    # how long each request held its version (s), for a trace from the node's log: from its
+    # arrival (``at``) to its last byte; None when unknown (a version leaves whenever chosen)
+    held_s: list[float] | None = None
     tenant_names: dict[int, str] = field(default_factory=dict)
     popularity: list[Epoch] | None = None  # what a generator drew from; None when unknown
 
@@ -95,6 +98,7 @@ class Trace:
             at=self.at[start:stop],
             keys=self.keys[start:stop],
             tiers=self.tiers[start:stop] if self.tiers else None,
+            held_s=self.held_s[start:stop] if self.held_s else None,
             tenant_names=self.tenant_names,
             popularity=_epochs_within(self.popularity, start, stop),
         )
@@ -324,7 +328,17 @@ def from_csv(
 
 # --- files exported from a node's request log (``manage.py export_requests``) --------------
 
-EXPORT_FIELDS = ("at", "tenant", "alias", "version_id", "version", "size_bytes", "priority", "tier")
+EXPORT_FIELDS = (
+    "at",  # when the request arrived
+    "tenant",
+    "alias",
+    "version_id",
+    "version",
+    "size_bytes",
+    "priority",
+    "tier",
+    "duration_ms",  # arrival to last byte: how long the request held its version
+)
 
 
 def write_export(rows: Iterable[dict], path: Path) -> int:
@@ -345,14 +359,17 @@ def write_export(rows: Iterable[dict], path: Path) -> int:
 
 
 def from_rows(rows: Iterable[dict], *, name: str, description: str) -> Trace:
-    """A trace from request-log rows: ``at`` (ISO time or seconds), ``tenant``, ``version_id``,
-    ``size_bytes``, ``priority`` and, when known, the ``tier`` the node reported."""
+    """A trace from request-log rows in arrival order: ``at`` (ISO time or seconds),
+    ``tenant``, ``version_id``, ``size_bytes``, ``priority`` and, when known, the ``tier`` the
+    node reported and ``duration_ms`` (arrival to last byte; files exported before it was
+    written have none, and their versions are never held in the replay)."""
     adapters: dict[int, Adapter] = {}
     priorities: dict[int, int] = {}
     tenant_ids: dict[str, int] = {}
     at: list[float] = []
     keys: list[int] = []
     tiers: list[str] = []
+    held: list[float] = []
     start: datetime | None = None
     for number, row in enumerate(rows, start=1):
         try:
@@ -367,6 +384,7 @@ def from_rows(rows: Iterable[dict], *, name: str, description: str) -> Trace:
             key = int(row["version_id"])
             size = int(row["size_bytes"])
             priority = int(row.get("priority") or 1)
+            duration = float(row.get("duration_ms") or 0) / 1000
         except (KeyError, ValueError, TypeError) as exc:
             raise ValueError(
                 f"{name}: row {number}: {exc!r}; expected {', '.join(EXPORT_FIELDS)}"
@@ -384,6 +402,7 @@ def from_rows(rows: Iterable[dict], *, name: str, description: str) -> Trace:
         at.append(seconds)
         keys.append(key)
         tiers.append(str(row.get("tier") or ""))
+        held.append(duration)
     return Trace(
         name=name,
         description=description,
@@ -392,6 +411,7 @@ def from_rows(rows: Iterable[dict], *, name: str, description: str) -> Trace:
         at=at,
         keys=keys,
         tiers=tiers if any(tiers) else None,
+        held_s=held if any(held) else None,
         tenant_names={v: k for k, v in tenant_ids.items()},
     )
 
