@@ -46,7 +46,10 @@ admission order (vLLM's, the node's gate, an idealized one) does on the same seq
 
 **Replay agreement**: after the run, ``manage.py replay``'s engine (``apps/serving/replay``)
 replays the node's own request log under the default policy with the node's capacities and
-the load costs the node measured; its per-tier hit rates and TTFT beside the node's.
+the load costs the node measured; its per-tier hit rates and TTFT beside the node's. The
+replay holds each version while its logged requests run (from arrival to last byte), and is
+printed once more without holds. The log's export is kept in
+``var/bench/many_adapters-requests.jsonl``, with the command that replays it again.
 
 Usage: .venv/bin/python bench/many_adapters.py [--adapters 200] [--reps 3] [--requests 300]
        [--cold-s 20] [--only c|cold]

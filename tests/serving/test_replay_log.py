@@ -47,3 +47,41 @@ def test_the_log_becomes_a_trace_in_arrival_order_with_each_request_s_hold(
         write_export(log_rows(since_hours=1), tmp_path / name)
         again = read_export(tmp_path / name)
         assert (again.at, again.held_s, again.keys) == (trace.at, trace.held_s, trace.keys)
+
+
+@pytest.mark.django_db
+def test_manage_py_replay_replays_an_export_with_its_holds_and_names_its_costs(tmp_path):
+    """``manage.py replay --file`` on an exported log (two engine slots): A is generating when
+    C arrives, so B goes for C and A's return is an engine hit; the costs line says which were
+    given."""
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    rows = [  # at, version, how long the request ran (ms), the tier the node reported
+        (0.0, 1, 2000.0, "L3"),
+        (0.1, 2, 100.0, "L3"),
+        (0.5, 3, 100.0, "L3"),
+        (1.0, 1, 100.0, "L1"),
+    ]
+    path = tmp_path / "log.jsonl"
+    fields = ("at", "version_id", "duration_ms", "tier")
+    path.write_text(
+        "".join(
+            json.dumps(
+                {**dict(zip(fields, row, strict=True)), "tenant": "acme", "alias": "a",
+                 "version": f"v{row[1]}", "size_bytes": 1 << 20, "priority": 1}
+            ) + "\n"
+            for row in rows
+        )
+    )  # fmt: skip
+    out = io.StringIO()
+    options = ["--policies", "lru", "--l1", "1", "--l2", "2", "--ttl-minutes", "0"]
+    costs = ["--bench-costs", "--l3-ms", "5", "--l4-ms", "10"]
+    call_command("replay", "--file", str(path), *options, *costs, stdout=out)
+    table = out.getvalue()
+    assert "given (--l3-ms, --l4-ms); the rest bench/load_tiers.py's medians" in table
+    lru = next(line.split() for line in table.splitlines() if line.startswith("lru"))
+    assert lru[1] == "25.0%"  # A's return: the one engine hit of four requests
+    assert "as the node reported: L1 25.0%, L2 0.0%, L3 75.0%" in table

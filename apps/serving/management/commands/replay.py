@@ -213,6 +213,10 @@ class Command(BaseCommand):
             for field in dataclasses.fields(Costs)
             if options.get(field.name) is not None
         }
+        if given:  # the report says where its costs came from: these, then base's
+            named = ", ".join(f"--{name.replace('_', '-')}" for name in given)
+            left = len(given) < len(dataclasses.fields(Costs)) - 1  # (``source`` is no cost)
+            given["source"] = f"given ({named})" + (f"; the rest {base.source}" if left else "")
         return dataclasses.replace(base, **given)
 
     def tune(self, spec: run.Spec) -> None:
