@@ -34,13 +34,21 @@ def test_a_release_started_on_the_alias_page_advances_and_is_aborted_on_its_page
     form.locator("input[name=dwell_s]").fill("5")
     form.locator("input[name=min_requests]").fill("2")
     form.locator("input[name=interval_s]").fill("1")
+    # v3's first canary requests load it from disk (no prewarm): against a warm v1, a p95 over
+    # two or three requests can pass 1.5x and roll the release back at step 1 (seen in CI).
+    # This test is about the page following a release; the TTFT gate has its own rule tests.
+    form.locator("input[name=canary_max_ttft_ratio]").fill("10")
     with Traffic(node_url, key):
         form.locator("#start-release").click()
         confirm(page)
         state = page.locator("#release-state")
         expect(state).to_contain_text("step 1 of 8")
         # the page follows by itself (a slow reload may land a step or two later)
-        expect(state).to_contain_text(re.compile(r"step [2-7] of 8"), timeout=30_000)
+        try:
+            expect(state).to_contain_text(re.compile(r"step [2-7] of 8"), timeout=30_000)
+        except AssertionError:  # say why the release did not move: its outcome, its last check
+            release = control.get("/api/releases", {"alias": "support"}).json()
+            raise AssertionError(f"the release did not advance: {release}") from None
         expect(page.locator("body")).to_have_attribute("data-release-drawn", "1")
         expect(page.locator("#release-timeline tr[data-kind=advance]").first).to_contain_text(
             "canary requests"
