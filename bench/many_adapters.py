@@ -115,6 +115,35 @@ def register():
 
     _load_adapter._bench_probe = True
     manager._load_adapter = _load_adapter
+
+    # engine steps: how many, how many requests in each, the worker's time in them
+    from vllm.v1.worker import gpu_model_runner
+
+    runner = gpu_model_runner.GPUModelRunner
+    totals = [0, 0, 0.0]  # steps, requests over those steps, ms computing
+    path = os.path.join(out, f"{os.getpid()}.steps")
+
+    def timed(inner, counts):
+        def call(self, *args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return inner(self, *args, **kwargs)
+            finally:
+                totals[2] += (time.perf_counter() - started) * 1000
+                if counts:
+                    output = args[0] if args else kwargs.get("scheduler_output")
+                    scheduled = len(output.num_scheduled_tokens) if output is not None else 0
+                    if scheduled:
+                        totals[0] += 1
+                        totals[1] += scheduled
+                with open(path, "w") as fh:  # a snapshot, read between points
+                    fh.write(f"{totals[0]} {totals[1]} {totals[2]:.3f}")
+
+        return call
+
+    runner.execute_model = timed(runner.execute_model, True)
+    if hasattr(runner, "sample_tokens"):
+        runner.sample_tokens = timed(runner.sample_tokens, False)
 '''
 
 
@@ -124,6 +153,10 @@ class Point(load_mix.Point):
 
     loads: int = 0
     load_ms: float = 0.0  # the sum over this point's loads
+    steps: int = 0  # engine steps that ran requests, during the point
+    step_requests: int = 0  # requests in those steps, summed
+    step_ms: float = 0.0  # the worker's time computing them (forward and sampling)
+    wall_s: float = 0.0
 
     @property
     def cpu_ms(self) -> float:
@@ -142,6 +175,24 @@ class Point(load_mix.Point):
     def load_ms_per_request(self) -> float:
         return self.load_ms / max(len(self.ttft) + self.errors, 1)
 
+    @property
+    def batch(self) -> float:
+        """Requests in an engine step, on average."""
+        return self.step_requests / self.steps if self.steps else 0.0
+
+    @property
+    def ms_per_step(self) -> float:
+        return self.step_ms / self.steps if self.steps else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def computing(self) -> float:
+        """The share of the point's wall time the worker spent in steps."""
+        return self.step_ms / 1000 / self.wall_s if self.wall_s else 0.0
+
 
 @dataclass
 class Server:
@@ -157,6 +208,18 @@ class Server:
         for path in self.load_dir.glob("*.loads"):
             out += [float(x) for x in path.read_text().split()]
         return out
+
+    def steps(self) -> tuple[int, int, float]:
+        """The probe's totals so far: steps, requests in them, ms computing."""
+        totals = [0.0, 0.0, 0.0]
+        for path in self.load_dir.glob("*.steps"):
+            for _ in range(50):  # a snapshot being rewritten reads empty: read it again
+                fields = path.read_text().split()
+                if len(fields) == 3:
+                    totals = [t + float(f) for t, f in zip(totals, fields, strict=True)]
+                    break
+                time.sleep(0.002)
+        return int(totals[0]), int(totals[1]), totals[2]
 
 
 # --- the world -------------------------------------------------------------------------
@@ -254,11 +317,16 @@ async def drive(server: Server, models: list[str], prompts: list[str], concurren
 
 
 def measured(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
-    before_loads = server.loads()
+    before_loads, before_steps = server.loads(), server.steps()
     front, engine = cpu_seconds(server.proc.pid)
+    started = time.perf_counter()
     point = asyncio.run(drive(server, models, prompts, concurrency))
+    point.wall_s = time.perf_counter() - started
     front_after, engine_after = cpu_seconds(server.proc.pid)
-    after = server.loads()
+    after, after_steps = server.loads(), server.steps()
+    point.steps = after_steps[0] - before_steps[0]
+    point.step_requests = after_steps[1] - before_steps[1]
+    point.step_ms = after_steps[2] - before_steps[2]
     point.loads = len(after) - len(before_loads)
     point.load_ms = sum(after) - sum(before_loads)
     done = max(len(point.ttft), 1)
@@ -626,6 +694,19 @@ def report(results: dict, args, engine) -> None:
                 f"{med(p.mean_load_ms for p in points):>9.1f}"
                 f"{med(p.load_ms_per_request for p in points):>12.1f}"
                 f"{med(p.cpu_ms for p in points):>11.1f}"
+            )
+        print(
+            "\nInside the engine (the probe in vLLM's worker; medians): steps that ran "
+            "requests, requests in a step, the worker's ms per step (forward and sampling), "
+            "and the share of the wall time it spent in steps\n"
+        )
+        print(f"{'C':>4}{'server':>8}{'steps/s':>9}{'req/step':>10}{'ms/step':>9}{'busy':>7}")
+        for (c, name), points in sorted(results["c"].items()):
+            med = statistics.median
+            print(
+                f"{c:>4}{name:>8}{med(p.steps_per_s for p in points):>9.1f}"
+                f"{med(p.batch for p in points):>10.2f}{med(p.ms_per_step for p in points):>9.2f}"
+                f"{100 * med(p.computing for p in points):>6.0f}%"
             )
         print(
             "\nper repetition | median, against stock (req/s: higher is better; TTFT and "
