@@ -23,7 +23,7 @@ from django.conf import settings
 
 from tests.conftest import ROOT, free_port
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 
 OUTSIDE = (
     "DATABASE_URL",

@@ -30,7 +30,7 @@ from tests.conftest import (
 )
 from tests.helpers import node_metric, publish
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
@@ -220,6 +220,7 @@ def test_a_node_killed_mid_landing_uses_nothing_half_landed_after_its_restart(
         node.stop()
 
 
+@pytest.mark.outage
 def test_with_redis_down_the_node_serves_and_alias_moves_still_arrive(
     published, tenant_a, settings, tmp_path, s3_server, transactional_db
 ):
@@ -306,6 +307,7 @@ def postgres(action: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.outage
 def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics(
     published, tenant_a, tmp_path, s3_server, transactional_db
 ):

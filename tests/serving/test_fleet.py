@@ -28,7 +28,7 @@ from apps.tenants.models import ApiKey
 from tests.conftest import NODE_INTERNAL_TOKEN, NodeProcess, free_port, stop, wait_for_port
 from tests.helpers import stream_completion, user_client
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]

@@ -29,7 +29,7 @@ from tests.conftest import (
     free_port,
 )
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 
 
 def wait_until(condition, what: str, timeout: float) -> None:
@@ -71,10 +71,18 @@ def engine_processes(node: psutil.Process) -> list[psutil.Process]:
     return [p for p in node.children(recursive=True) if is_engine(p)]
 
 
-def orphaned_engines() -> set[int]:
+def orphaned_engines(cache_dir: Path) -> set[int]:
     """Engine processes whose parent died (adopted by init): what a node killed without its
-    engine leaves behind."""
-    return {p.pid for p in psutil.process_iter() if is_engine(p) and p.ppid() == 1}
+    engine leaves behind. Only this test's (its node's cache folder in their environment):
+    `make test` runs other engine tests beside this one, whose killed engines are theirs."""
+
+    def ours(p: psutil.Process) -> bool:
+        try:
+            return p.environ().get("LORAHUB_NODE_CACHE_DIR") == str(cache_dir)
+        except psutil.Error:  # it ended while we looked
+            return False
+
+    return {p.pid for p in psutil.process_iter() if is_engine(p) and p.ppid() == 1 and ours(p)}
 
 
 def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothing(
@@ -107,7 +115,7 @@ def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothi
             command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     up = psutil.Process(up_proc.pid)
-    orphans_before = orphaned_engines()  # none, unless something else leaked before this test
+    orphans_before = orphaned_engines(tmp_path / "cache")  # none, unless one leaked before
     try:
         wait_until(lambda: ready(url), f"the node to be ready (see {tmp_path}/up.log)", 240)
         node = node_process(up)
@@ -131,7 +139,7 @@ def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothi
         assert ours
         # under up, the restarted node's engine is the only one; nowhere an orphaned one
         assert {p.pid for part in up.children() for p in engine_processes(part)} == ours
-        assert orphaned_engines() - orphans_before == set()
+        assert orphaned_engines(tmp_path / "cache") - orphans_before == set()
         everything = up.children(recursive=True)
     finally:
         up_proc.send_signal(signal.SIGINT)  # Ctrl-C
