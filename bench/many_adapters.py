@@ -698,15 +698,22 @@ def report(results: dict, args, engine) -> None:
         print(
             "\nInside the engine (the probe in vLLM's worker; medians): steps that ran "
             "requests, requests in a step, the worker's ms per step (forward and sampling), "
-            "and the share of the wall time it spent in steps\n"
+            "and the share of the wall time it spent in steps; CPU per request of the server's "
+            "front process (HTTP and, on the node, its whole request path) and of its engine "
+            "processes\n"
         )
-        print(f"{'C':>4}{'server':>8}{'steps/s':>9}{'req/step':>10}{'ms/step':>9}{'busy':>7}")
+        print(
+            f"{'C':>4}{'server':>8}{'steps/s':>9}{'req/step':>10}{'ms/step':>9}{'busy':>7}"
+            f"{'front cpu ms/req':>18}{'engine cpu ms/req':>19}"
+        )
         for (c, name), points in sorted(results["c"].items()):
             med = statistics.median
             print(
                 f"{c:>4}{name:>8}{med(p.steps_per_s for p in points):>9.1f}"
                 f"{med(p.batch for p in points):>10.2f}{med(p.ms_per_step for p in points):>9.2f}"
                 f"{100 * med(p.computing for p in points):>6.0f}%"
+                f"{med(p.front_cpu_ms for p in points):>18.1f}"
+                f"{med(p.engine_cpu_ms for p in points):>19.1f}"
             )
         print(
             "\nper repetition | median, against stock (req/s: higher is better; TTFT and "
