@@ -36,12 +36,15 @@ PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 # short load deadlines, so that an outage shows in seconds: a standard tenant gets the base
 # model (degrade), a batch tenant a 503 with Retry-After
+# A load deadline short enough that a registry outage shows within a test, long enough that a
+# first load from the registry (fetch, verify, land, engine add) makes it on a loaded 2-core
+# machine: `make test` runs this beside other engine tests, and 2 s degraded a first load there.
 FAST_SLA = """
   load_queue:
     sla:
-      premium:  {deadline_ms: 2000, on_overload: wait}
-      standard: {deadline_ms: 2000, on_overload: degrade}
-      batch:    {deadline_ms: 2000, on_overload: reject}
+      premium:  {deadline_ms: 8000, on_overload: wait}
+      standard: {deadline_ms: 8000, on_overload: degrade}
+      batch:    {deadline_ms: 8000, on_overload: reject}
 """
 
 
