@@ -68,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -669,6 +670,17 @@ def bound(results: dict, engine) -> None:
     print("\n".join(lines))
 
 
+def median_table(
+    points: dict[tuple[int, str], list[Point]],
+    columns: list[tuple[str, int, str, Callable[[list[Point]], float]]],
+) -> None:
+    """One row per (concurrency, server): each column's header, width, format and value."""
+    print(f"{'C':>4}{'server':>8}" + "".join(f"{head:>{width}}" for head, width, _, _ in columns))
+    for (c, name), mine in sorted(points.items()):
+        cells = "".join(f"{value(mine):>{width}{spec}}" for _, width, spec, value in columns)
+        print(f"{c:>4}{name:>8}{cells}")
+
+
 def report(results: dict, args, engine) -> None:
     print(
         f"\nLoad (c): {args.adapters} adapters, Azure conversation trace (every "
@@ -679,22 +691,28 @@ def report(results: dict, args, engine) -> None:
         f"max_cpu_loras={engine.max_cpu_loras}, rank cap {engine.max_lora_rank}\n"
     )
     if results["c"]:
-        print(
-            f"{'C':>4}{'server':>8}{'req/s':>8}{'tok/s':>8}{'p50 ms':>9}{'p95 ms':>9}"
-            f"{'p99 ms':>9}{'err':>5}{'loads/1k':>10}{'ms/load':>9}{'load ms/req':>12}"
-            f"{'cpu ms/req':>11}"
+        med = statistics.median
+
+        def median_of(attribute: str) -> Callable[[list[Point]], float]:
+            return lambda points: med(getattr(p, attribute) for p in points)
+
+        quantiles = [
+            (f"p{round(100 * q)} ms", 9, ".1f", lambda ps, q=q: med(p.p(q) for p in ps))
+            for q in (0.5, 0.95, 0.99)
+        ]
+        median_table(
+            results["c"],
+            [
+                ("req/s", 8, ".1f", median_of("rps")),
+                ("tok/s", 8, ".0f", median_of("tps")),
+                *quantiles,
+                ("err", 5, "d", lambda points: sum(p.errors for p in points)),
+                ("loads/1k", 10, ".0f", median_of("loads_per_1k")),
+                ("ms/load", 9, ".1f", median_of("mean_load_ms")),
+                ("load ms/req", 12, ".1f", median_of("load_ms_per_request")),
+                ("cpu ms/req", 11, ".1f", median_of("cpu_ms")),
+            ],
         )
-        for (c, name), points in sorted(results["c"].items()):
-            med = statistics.median
-            print(
-                f"{c:>4}{name:>8}{med(p.rps for p in points):>8.1f}"
-                f"{med(p.tps for p in points):>8.0f}"
-                + "".join(f"{med(p.p(q) for p in points):>9.1f}" for q in (0.5, 0.95, 0.99))
-                + f"{sum(p.errors for p in points):>5}{med(p.loads_per_1k for p in points):>10.0f}"
-                f"{med(p.mean_load_ms for p in points):>9.1f}"
-                f"{med(p.load_ms_per_request for p in points):>12.1f}"
-                f"{med(p.cpu_ms for p in points):>11.1f}"
-            )
         print(
             "\nInside the engine (the probe in vLLM's worker; medians): steps that ran "
             "requests, requests in a step, the worker's ms per step (forward and sampling), "
@@ -702,19 +720,17 @@ def report(results: dict, args, engine) -> None:
             "front process (HTTP and, on the node, its whole request path) and of its engine "
             "processes\n"
         )
-        print(
-            f"{'C':>4}{'server':>8}{'steps/s':>9}{'req/step':>10}{'ms/step':>9}{'busy':>7}"
-            f"{'front cpu ms/req':>18}{'engine cpu ms/req':>19}"
+        median_table(
+            results["c"],
+            [
+                ("steps/s", 9, ".1f", median_of("steps_per_s")),
+                ("req/step", 10, ".2f", median_of("batch")),
+                ("ms/step", 9, ".2f", median_of("ms_per_step")),
+                ("busy", 7, ".0%", median_of("computing")),
+                ("front cpu ms/req", 18, ".1f", median_of("front_cpu_ms")),
+                ("engine cpu ms/req", 19, ".1f", median_of("engine_cpu_ms")),
+            ],
         )
-        for (c, name), points in sorted(results["c"].items()):
-            med = statistics.median
-            print(
-                f"{c:>4}{name:>8}{med(p.steps_per_s for p in points):>9.1f}"
-                f"{med(p.batch for p in points):>10.2f}{med(p.ms_per_step for p in points):>9.2f}"
-                f"{100 * med(p.computing for p in points):>6.0f}%"
-                f"{med(p.front_cpu_ms for p in points):>18.1f}"
-                f"{med(p.engine_cpu_ms for p in points):>19.1f}"
-            )
         print(
             "\nper repetition | median, against stock (req/s: higher is better; TTFT and "
             "loads: lower). A/A is stock-b / stock; a node / stock ratio inside the A/A range "
