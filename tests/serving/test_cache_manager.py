@@ -8,6 +8,7 @@ queueing, deadlines and single-flight are checked deterministically. The real en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, replace
 
@@ -50,6 +51,10 @@ class StandInEngine:
         self.resident: set[int] = set()
         self.peak = 0
         self.adding = self.most_adding = 0
+        # with a time here, an add waits that long at most for a second add to be under way
+        # (whether loads overlap must not hang on how fast a loaded machine lands them)
+        self.wait_for_company: float | None = None
+        self.company = asyncio.Event()
 
     async def add_adapter(self, handle) -> bool:
         self.entered.append(handle.lora_id)
@@ -57,8 +62,13 @@ class StandInEngine:
         self.peak = max(self.peak, len(self.resident))
         self.adding += 1
         self.most_adding = max(self.most_adding, self.adding)
+        if self.adding >= 2:
+            self.company.set()
         try:
             await self.gate.wait()
+            if self.wait_for_company:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.company.wait(), self.wait_for_company)
             await asyncio.sleep(self.add_delay)
         finally:
             self.adding -= 1
@@ -636,6 +646,10 @@ def test_loads_side_by_side_make_room_for_each_other_so_the_engine_never_overflo
         for n in (1, 2, 3):  # the stand-in's three host slots, full
             await cache.activate(version(n))
         engine.add_delay = 0.05
+        # a lone add waits for a second one (at most 5 s): under a serial cache none comes.
+        # (Without this, a CI run beside two other lanes landed the versions too far apart
+        # for two 50 ms adds to overlap.)
+        engine.wait_for_company = 5.0
         await asyncio.gather(*(cache.activate(version(n)) for n in (4, 5, 6, 7)))
 
     run(scenario())
