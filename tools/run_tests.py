@@ -1,4 +1,5 @@
-"""`make test`: every test once, in lanes that run at the same time, then the outage tests alone.
+"""`make test-lanes`: every test once, in lanes that run at the same time, then the outage tests
+alone.
 
 The suite waits more than it computes (a CI run kept 0.64 of its 2 cores busy over 25 minutes:
 engines starting, nodes restarting, polling for a worker), so three pytest processes share the
@@ -15,7 +16,7 @@ another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop Postg
 for every process on the machine, run alone.
 
 Each lane's output goes to ``var/test-logs/<lane>.log`` and is printed whole when the lane
-ends. Arguments after ``--`` go to every pytest (``make test PYTEST_ARGS=...``); a lane that
+ends. Arguments after ``--`` go to every pytest (``make test-lanes PYTEST_ARGS=...``); a lane that
 they leave without tests (pytest's exit status 5) passes. Interrupted, it interrupts every
 lane, so that their fixtures stop what they started.
 """

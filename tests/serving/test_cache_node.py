@@ -158,8 +158,10 @@ def test_each_policy_decides_what_a_scan_of_one_off_adapters_evicts(cache, polic
         assert in_engine == {v["x2"], v["x3"], v["x4"], v["x5"]}
         assert tiers[15] == "L3"  # evicted from the engine, back from disk
     else:
-        if policy == "gdsf":  # among equals it keeps the costliest to reload: not by age
-            assert {v["x0"], v["x4"], v["x5"]} < in_engine
+        if policy == "gdsf":
+            # among the one-offs it keeps the costliest to reload, as this machine measured
+            # their loads: which ones is timing (a CI run beside other lanes kept x2, not x4)
+            assert {v["x0"], v["x5"]} < in_engine
         else:  # the oldest one-offs went
             assert in_engine == {v["x0"], v["x3"], v["x4"], v["x5"]}
         assert tiers[15] == "L2"  # still in the host cache; the device slots hold x4, x5
