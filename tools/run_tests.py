@@ -59,13 +59,13 @@ class Lane:
 
     def start(self, args: list[str]) -> subprocess.Popen:
         LOGS.mkdir(parents=True, exist_ok=True)
-        log = (LOGS / f"{self.slug}.log").open("w")
         command = [self.python, "-m", "pytest", "-m", self.marks, *args]
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
-        return subprocess.Popen(
-            command, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT
-        )
+        with (LOGS / f"{self.slug}.log").open("w") as log:  # pytest keeps its own copy
+            log.write(f"$ {' '.join(command)}\n")
+            log.flush()
+            return subprocess.Popen(
+                command, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT
+            )
 
 
 def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:

@@ -451,9 +451,10 @@ def replay(
         while waiting_room:
             # make_room failed at t only if every resident was busy then: the next release
             frees = (max(held_until.get(k, 0.0), ready.get(k, 0.0)) for k in in_engine)
-            t = max(min((f for f in frees if f > t), default=until + 1), settled[0])
-            if t > until:
+            released = min((f for f in frees if f > t), default=None)
+            if released is None or released > until:
                 return
+            t = released
             while waiting_room:
                 key = next(iter(waiting_room))
                 size = adapters[key].size_bytes

@@ -15,8 +15,9 @@ from apps.tenants.errors import DomainError
 
 class Command(BaseCommand):
     help = (
-        "Write the requests that used an adapter (time, tenant, alias, version id and label, "
-        "size, tenant priority, tier served from) to a .jsonl or .csv file, oldest first."
+        "Write the requests that used an adapter (arrival time, tenant, alias, version id and "
+        "label, size, tenant priority, tier served from, duration) to a .jsonl or .csv file, "
+        "in arrival order."
     )
 
     def add_arguments(self, parser) -> None:
