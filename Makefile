@@ -26,7 +26,7 @@ CP_VENV := .venv-control-plane
 CP_PY := $(CP_VENV)/bin/python
 CP_STAMP := $(CP_VENV)/.installed
 
-.PHONY: run test test-lanes test-control-plane test-control-plane-only install services lint demo haproxy
+.PHONY: run test test-serial test-control-plane test-control-plane-only install services lint demo haproxy
 
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -37,27 +37,28 @@ run: $(STAMP)
 	@if [ "$(NODES)" -gt 1 ]; then $(MAKE) --no-print-directory haproxy; fi
 	$(PY) manage.py up --nodes $(NODES)
 
-# Every test runs once: first those that need neither the engine nor the browser, in the
-# control plane's virtualenv, which proves they need neither vLLM nor torch; then the rest in
-# .venv (CI ran the first kind in both before: ~2.5 minutes twice). pytest's exit status 5
-# (nothing selected, e.g. PYTEST_ARGS naming only engine tests) fails neither half.
+# Every test runs once, in four lanes at once, each on its own test database, Redis database
+# and alias-change channel: the control plane's tests (in a virtualenv without vLLM or torch,
+# which proves they need neither), the engine tests that start nodes of their own, the node
+# fault drills, and the rest around the session's node; then the tests that stop PostgreSQL or
+# Redis, alone (tools/run_tests.py). The suite waits more than it computes (engines starting,
+# nodes healing): 13-18 minutes on the CI machines so far, where the serial halves took 23-25.
+# pytest's exit status 5 (nothing selected, e.g. PYTEST_ARGS naming only engine tests) fails no
+# lane.
 ENGINE_TESTS := engine or browser
 CP_TESTS := not engine and not browser
 pytest_half = $(TEST_ENV) $(1) -m pytest -m "$(2)" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 NO_ENGINE_IN_CP = $(CP_PY) -c "import importlib.util as u, sys; found = [m for m in ('vllm', 'torch') if u.find_spec(m)]; sys.exit(f'{found} must not be installed in $(CP_VENV)' if found else 0)"
 
 test: $(STAMP) $(CP_STAMP) services demo
-	@$(MAKE) --no-print-directory test-control-plane-only
-	$(call pytest_half,$(PY),$(ENGINE_TESTS))
-
-# The same tests in three lanes at once, each on its own test database and Redis database (the
-# control plane's; the engine tests that start nodes of their own; the rest), then the tests
-# that stop PostgreSQL or Redis alone (tools/run_tests.py): ~18 minutes on the CI machine
-# against ~25. Not yet what CI runs: under the lanes' contention timing-bound tests flaked
-# (three found and fixed so far); it becomes `make test` once it passes run after run.
-test-lanes: $(STAMP) $(CP_STAMP) services demo
 	@$(NO_ENGINE_IN_CP)
 	$(PY) tools/run_tests.py --control-plane-python $(CP_PY) --python $(PY) -- $(PYTEST_ARGS)
+
+# The same tests one after another, in two halves (the control plane's, then the engine's and
+# the browser's): for reading one output from top to bottom, or a machine with one core.
+test-serial: $(STAMP) $(CP_STAMP) services demo
+	@$(MAKE) --no-print-directory test-control-plane-only
+	$(call pytest_half,$(PY),$(ENGINE_TESTS))
 
 # The demo assets are built (with torch) by the main virtualenv; the control plane only reads them.
 test-control-plane: $(CP_STAMP) services demo

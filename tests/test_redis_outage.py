@@ -23,7 +23,7 @@ from tests.conftest import start_worker, stop
 from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 from tests.serving.test_replay_console import SMALL
 
-# it stops the machine's Redis: `make test-lanes` runs it alone, after the other lanes
+# it stops the machine's Redis: `make test` runs it alone, after the other lanes
 pytestmark = pytest.mark.outage
 
 # how `make test` (and the machine) start Redis

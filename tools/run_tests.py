@@ -1,14 +1,17 @@
-"""`make test-lanes`: every test once, in lanes that run at the same time, then the outage tests
+"""`make test`: every test once, in lanes that run at the same time, then the outage tests
 alone.
 
 The suite waits more than it computes (a CI run kept 0.64 of its 2 cores busy over 25 minutes:
-engines starting, nodes restarting, polling for a worker), so three pytest processes share the
+engines starting, nodes restarting, polling for a worker), so four pytest processes share the
 machine:
 
 - **control plane**: the tests that need neither vLLM nor a browser, in the control plane's
   virtualenv (which proves they need neither vLLM nor torch);
-- **own nodes**: engine tests that start serving nodes of their own (fault drills, ``up``, the
-  fleet, the embedded stack; marker ``own_nodes``);
+- **own nodes**: engine tests that start serving nodes of their own (``up``, the fleet, the
+  embedded stack; marker ``own_nodes``);
+- **fault drills**: the node fault drills, which start nodes of their own too (marker
+  ``faults``): each takes one to two minutes, mostly waiting for a node to start or heal, so
+  they get a lane rather than lengthening the one above;
 - **session node**: the other engine and browser tests, around the session's node and engine.
 
 Each lane has its own test database, Redis database and alias-change channel, so no lane sees
@@ -16,7 +19,7 @@ another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop Postg
 for every process on the machine, run alone.
 
 Each lane's output goes to ``var/test-logs/<lane>.log`` and is printed whole when the lane
-ends. Arguments after ``--`` go to every pytest (``make test-lanes PYTEST_ARGS=...``); a lane that
+ends. Arguments after ``--`` go to every pytest (``make test PYTEST_ARGS=...``); a lane that
 they leave without tests (pytest's exit status 5) passes. Interrupted, it interrupts every
 lane, so that their fixtures stop what they started.
 """
@@ -70,9 +73,11 @@ class Lane:
 
 def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
     engine, control = "(engine or browser)", "not engine and not browser"
+    own = f"{engine} and own_nodes and not outage"
     together = [
         Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13),
-        Lane("own nodes", py, f"{engine} and own_nodes and not outage", "lorahub_own", 14),
+        Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14),
+        Lane("fault drills", py, f"{own} and faults", "lorahub_faults", 12),
         Lane("session node", py, f"{engine} and not own_nodes and not outage", "lorahub", 15),
     ]
     alone = [

@@ -30,7 +30,7 @@ from tests.conftest import (
 )
 from tests.helpers import node_metric, publish
 
-pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
+pytestmark = [pytest.mark.engine, pytest.mark.own_nodes, pytest.mark.faults]
 
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
@@ -38,7 +38,7 @@ V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 # model (degrade), a batch tenant a 503 with Retry-After
 # A load deadline short enough that a registry outage shows within a test, long enough that a
 # first load from the registry (fetch, verify, land, engine add) makes it on a loaded 2-core
-# machine: `make test-lanes` runs this beside other engine tests, where 2 s degraded one.
+# machine: `make test` runs this beside other engine tests, where 2 s degraded one.
 FAST_SLA = """
   load_queue:
     sla:
