@@ -47,7 +47,6 @@ class Lane:
     marks: str
     database: str  # PostgreSQL database (pytest-django adds test_)
     redis_db: int
-    niceness: int = 0  # added to the lane's processes' nice value: the longest lane keeps 0
 
     @property
     def slug(self) -> str:
@@ -68,24 +67,17 @@ class Lane:
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             return subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=(lambda: os.nice(self.niceness)) if self.niceness else None,
+                command, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT
             )
 
 
 def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
     engine, control = "(engine or browser)", "not engine and not browser"
     own = f"{engine} and own_nodes and not outage"
-    # The session node's lane is the longest, and starts two engines at once: the others yield
-    # the CPU to it when both want it (they wait more than they compute, and catch up then).
     together = [
-        Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13, niceness=5),
-        Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14, niceness=5),
-        Lane("fault drills", py, f"{own} and faults", "lorahub_faults", 12, niceness=5),
+        Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13),
+        Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14),
+        Lane("fault drills", py, f"{own} and faults", "lorahub_faults", 12),
         Lane("session node", py, f"{engine} and not own_nodes and not outage", "lorahub", 15),
     ]
     alone = [
