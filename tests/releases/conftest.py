@@ -114,6 +114,21 @@ def followed(client, release_id: int, states: tuple[str, ...], seconds: float = 
         time.sleep(0.2)
 
 
+def event_of(client, release_id: int, kind: str, seconds: float = 60) -> dict:
+    """The release's first event of ``kind``, once it is recorded: a rollback's ``cooled``
+    comes after the state has changed, once the nodes have let the candidate go."""
+    deadline = time.monotonic() + seconds
+    while True:
+        release = client.get(f"/api/releases/{release_id}").json()
+        found = [e for e in release["events"] if e["kind"] == kind]
+        if found:
+            return found[0]
+        assert time.monotonic() < deadline, f"no {kind} event: {release['state']}\n" + "\n".join(
+            f"{e['kind']} {e['to_state']} {e['note']}" for e in release["events"]
+        )
+        time.sleep(0.2)
+
+
 def timeline(release: dict) -> str:
     lines = []
     for event in release["events"]:

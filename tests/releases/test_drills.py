@@ -17,7 +17,7 @@ from apps.serving.models import RequestLog
 from apps.tenants import services as tenant_services
 from tests.evaluations.test_sets import thank_you_cases
 from tests.helpers import user_client
-from tests.releases.conftest import Traffic, followed, inject, node_cache, timeline
+from tests.releases.conftest import Traffic, event_of, followed, inject, node_cache, timeline
 
 pytestmark = pytest.mark.engine
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
@@ -128,8 +128,7 @@ def test_rollbacks_at_evaluation_and_in_the_canary_and_the_manual_controls(stack
     assert {a.adapter for a in traffic.answers} == {"support@v1"}  # no caller ever got v2
     moves = set(AliasEvent.objects.filter(alias__name="support").values_list("action", flat=True))
     assert moves == {"set"}  # the alias never moved
-    cooled = followed(alice, first["id"], ("rolled_back",))["events"][-1]
-    assert cooled["kind"] == "cooled"
+    event_of(alice, first["id"], "cooled")  # recorded once the nodes have let v2 go
     assert versions["v2"] not in node_cache(url)["L1"] | node_cache(url)["L2"]
 
     # 2. a candidate whose requests fail once it takes traffic: rolled back in the canary
@@ -157,8 +156,7 @@ def test_rollbacks_at_evaluation_and_in_the_canary_and_the_manual_controls(stack
     assert took <= 2 * 1 + 1 + 1  # one tick of the beat's own jitter
     late = [a for a in traffic.answers if a.at > at(rollback) + 1.0]
     assert late and {a.adapter for a in late} == {"support@v1"}
-    cooled = followed(alice, second["id"], ("rolled_back",))
-    timings = next(e for e in cooled["events"] if e["kind"] == "cooled")["timings"]
+    timings = event_of(alice, second["id"], "cooled")["timings"]
     print(
         f"failing judgement → last node serving the baseline only: "
         f"{timings['judgement_to_last_node_baseline_only_ms']} ms; cooled: {timings['cooled']}"
