@@ -703,6 +703,15 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Marks ``in_process_engine`` the tests that use the in-process engine and no serving
+    node: ``make test`` runs them in the fault drills' lane, so that the session node's lane
+    (the longest) does not start two engines at once."""
+    names = getattr(item, "fixturenames", ())
+    if "engine" in names and "session_node" not in names:
+        item.add_marker(pytest.mark.in_process_engine)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests last (after pytest-django's own ordering): they start the serving node,
     which then reacts to every later test's alias moves and statistics, as it does for the

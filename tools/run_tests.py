@@ -9,10 +9,12 @@ machine:
   virtualenv (which proves they need neither vLLM nor torch);
 - **own nodes**: engine tests that start serving nodes of their own (``up``, the fleet, the
   embedded stack; marker ``own_nodes``);
-- **fault drills**: the node fault drills, which start nodes of their own too (marker
+- **drills and engine**: the node fault drills, which start nodes of their own too (marker
   ``faults``): each takes one to two minutes, mostly waiting for a node to start or heal, so
-  they get a lane rather than lengthening the one above;
-- **session node**: the other engine and browser tests, around the session's node and engine.
+  they get a lane rather than lengthening the one above; beside them the tests of the
+  in-process engine, which need no serving node (marker ``in_process_engine``, set by
+  ``tests/conftest.py``);
+- **session node**: the other engine and browser tests, around the session's node.
 
 Each lane has its own test database, Redis database and alias-change channel, so no lane sees
 another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop PostgreSQL or Redis
@@ -77,8 +79,20 @@ def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
     together = [
         Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13),
         Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14),
-        Lane("fault drills", py, f"{own} and faults", "lorahub_faults", 12),
-        Lane("session node", py, f"{engine} and not own_nodes and not outage", "lorahub", 15),
+        Lane(
+            "drills and engine",
+            py,
+            f"({own} and faults) or ({engine} and in_process_engine and not outage)",
+            "lorahub_faults",
+            12,
+        ),
+        Lane(
+            "session node",
+            py,
+            f"{engine} and not own_nodes and not in_process_engine and not outage",
+            "lorahub",
+            15,
+        ),
     ]
     alone = [
         Lane("outages control plane", cp, f"outage and {control}", "lorahub_cp", 13),
