@@ -108,8 +108,7 @@ def followed(client, release_id: int, states: tuple[str, ...], seconds: float = 
         if release["state"] in states:
             return release
         assert time.monotonic() < deadline, (
-            f"release still {release['state']}: {release['last_check']}\n"
-            + "\n".join(f"{e['kind']} {e['to_state']} {e['note']}" for e in release["events"])
+            f"release still {release['state']}: {release['last_check']}\n{_events(release)}"
         )
         time.sleep(0.2)
 
@@ -123,10 +122,15 @@ def event_of(client, release_id: int, kind: str, seconds: float = 60) -> dict:
         found = [e for e in release["events"] if e["kind"] == kind]
         if found:
             return found[0]
-        assert time.monotonic() < deadline, f"no {kind} event: {release['state']}\n" + "\n".join(
-            f"{e['kind']} {e['to_state']} {e['note']}" for e in release["events"]
+        assert time.monotonic() < deadline, (
+            f"no {kind} event: {release['state']}\n{_events(release)}"
         )
         time.sleep(0.2)
+
+
+def _events(release: dict) -> str:
+    """The release's events, one a line, for a failing wait's message."""
+    return "\n".join(f"{e['kind']} {e['to_state']} {e['note']}" for e in release["events"])
 
 
 def timeline(release: dict) -> str:
