@@ -40,11 +40,17 @@ class Router:
 
     def __init__(self, work: Path) -> None:
         self.config = work / "haproxy.cfg"
-        self.port, self.internal_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.internal_url = f"http://127.0.0.1:{self.internal_port}"
+        self.port = self.internal_port = 0
         self.proc: subprocess.Popen | None = None
         self.log = work / "haproxy.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def internal_url(self) -> str:
+        return f"http://127.0.0.1:{self.internal_port}"
 
     def render(self, names: set[str]) -> None:
         """From the registry, as ``manage.py haproxy_config`` does, keeping only this test's
@@ -64,12 +70,25 @@ class Router:
         )
         assert checked.returncode == 0, checked.stdout + checked.stderr
 
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                ["haproxy", "-db", "-f", str(self.config)], stdout=log, stderr=subprocess.STDOUT
-            )
-        wait_for_port(self.port, self.proc)
+    def start(self, names: set[str], tries: int = 3) -> None:
+        """Picks the ports, renders and starts. The ports are picked right before HAProxy binds
+        them, and picked again when another process (the test lanes run side by side, each
+        starting engines) took one in between."""
+        for attempt in range(1, tries + 1):
+            self.port, self.internal_port = free_port(), free_port()
+            self.render(names)
+            with self.log.open("ab") as log:
+                printed_from = log.tell()
+                self.proc = subprocess.Popen(
+                    ["haproxy", "-db", "-f", str(self.config)], stdout=log, stderr=subprocess.STDOUT
+                )
+            try:
+                wait_for_port(self.port, self.proc)
+                return
+            except RuntimeError as exc:
+                printed = self.log.read_bytes()[printed_from:].decode(errors="replace")
+                if attempt == tries or "cannot bind" not in printed:
+                    raise RuntimeError(f"{exc}; HAProxy printed:\n{printed[-2000:]}") from exc
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -103,8 +122,7 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
                 "both nodes registered",
             )
             assert registered
-            router.render(set(nodes))
-        router.start()
+            router.start(set(nodes))
         yield {"nodes": nodes, "router": router}
     finally:
         router.stop()
