@@ -117,9 +117,14 @@ def write_shadow_records(records: list[ShadowRecord]) -> None:
     ids = {key[1] for key in rows if key[1] is not None}
     known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
     with transaction.atomic():
-        for key, sums in rows.items():
-            if key[1] is None or key[1] in known:  # a tenant deleted since: its rows go
-                _add(ShadowMinute, dict(zip(names, key, strict=True)), sums)
+        _add_all(
+            ShadowMinute,
+            [
+                (dict(zip(names, key, strict=True)), sums)
+                for key, sums in rows.items()
+                if key[1] is None or key[1] in known  # a tenant deleted since: its rows go
+            ],
+        )
         _keep_examples([r for r in records if r.example and r.tenant_id in known])
 
 
@@ -231,19 +236,29 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
         coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         platform: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for (minute, *rest), sums in rollups.items():
-            _add(
-                RequestMinute, {"minute": minute, **dict(zip(KEY_FIELDS, rest, strict=True))}, sums
-            )
             for step in ROLLUP_STEPS:
                 start = _step_start(minute, step)
                 _merge(coarse[(step, start, *rest)], sums)
             for step in PLATFORM_STEPS:
                 _merge(platform[(step, _step_start(minute, step))], sums)
-        for (step, start, *rest), sums in coarse.items():
-            key = {"step_s": step, "start": start, **dict(zip(KEY_FIELDS, rest, strict=True))}
-            _add(RequestRollup, key, sums)
-        for (step, start), sums in sorted(platform.items()):  # one order: no deadlocks
-            _add(PlatformRollup, {"step_s": step, "start": start}, sums)
+        _add_all(
+            RequestMinute,
+            [
+                ({"minute": minute, **dict(zip(KEY_FIELDS, rest, strict=True))}, sums)
+                for (minute, *rest), sums in rollups.items()
+            ],
+        )
+        _add_all(
+            RequestRollup,
+            [
+                ({"step_s": step, "start": start, **dict(zip(KEY_FIELDS, rest, strict=True))}, sums)
+                for (step, start, *rest), sums in coarse.items()
+            ],
+        )
+        _add_all(
+            PlatformRollup,
+            [({"step_s": step, "start": start}, sums) for (step, start), sums in platform.items()],
+        )
 
 
 def _count_markers(row: dict[str, float], r: RequestRecord) -> None:
@@ -273,9 +288,83 @@ def _merge(into: dict[str, float], sums: dict[str, float]) -> None:
         into[name] = max(into[name], value) if name == "ttft_ms_max" else into[name] + value
 
 
+UPSERT_ROWS = 200  # rows per INSERT … ON CONFLICT: ~50 parameters each, far under the limits
+
+
+def _add_all(model, rows: list[tuple[dict, dict[str, float]]]) -> None:
+    """Add each ``(key, sums)`` to the row ``key`` of ``model`` (created with them if
+    missing); the TTFT maximum is kept as a maximum. The caller holds a transaction; the keys
+    are distinct.
+
+    Rows with a full key go in one ``INSERT … ON CONFLICT (key) DO UPDATE SET c = c +
+    excluded.c`` per ``UPSERT_ROWS`` (PostgreSQL and SQLite both have it): the additions run
+    in the database, so writers on several nodes never lose each other's counts, and the rows
+    go in key order, so two nodes writing the same rows lock them in one order. A key with no
+    tenant cannot conflict (a unique constraint treats NULLs as distinct), so those rows take
+    ``_add``: an UPDATE, then an INSERT when it found no row. One statement per chunk, where
+    ``_add`` costs one UPDATE and, for each row new this minute, a savepoint and an ORM
+    ``create``: the savepoint and ``create`` were ~5 % of the node front's CPU under the
+    many-adapter bench (py-spy, docs/performance.md)."""
+    full = sorted(
+        ((key, sums) for key, sums in rows if None not in key.values()),
+        key=lambda row: tuple(row[0].values()),
+    )
+    for key, sums in rows:
+        if None in key.values():
+            _add(model, key, sums)
+    for i in range(0, len(full), UPSERT_ROWS):
+        _upsert(model, full[i : i + UPSERT_ROWS])
+
+
+def _upsert(model, rows: list[tuple[dict, dict[str, float]]]) -> None:
+    """One ``INSERT … ON CONFLICT … DO UPDATE`` for ``rows`` (see ``_add_all``). Table and
+    column names come from the model's metadata, quoted by the backend; every value is a
+    parameter, prepared by its field for this database."""
+    if not rows:
+        return
+    q = connection.ops.quote_name
+    table, fields = _fields(model)
+    keys = list(rows[0][0])
+    counted = _counted_fields(model, tuple(keys))
+    columns = [fields[name][0].column for name in (*keys, *counted)]
+    params: list[Any] = []
+    for key, sums in rows:
+        for name in keys:
+            params.append(fields[name][0].get_db_prep_value(key[name], connection))
+        for name in counted:
+            integer = fields[name][1]
+            params.append(int(sums.get(name, 0)) if integer else float(sums.get(name, 0.0)))
+    placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    top = q(fields["ttft_ms_max"][0].column)
+    sets = [
+        f"{q(c)} = {q(table)}.{q(c)} + excluded.{q(c)}"
+        for c in (fields[name][0].column for name in counted if name != "ttft_ms_max")
+    ]
+    sets.append(
+        f"{top} = CASE WHEN {q(table)}.{top} < excluded.{top} "
+        f"THEN excluded.{top} ELSE {q(table)}.{top} END"
+    )
+    conflict = ", ".join(q(fields[name][0].column) for name in keys)
+    sql = (
+        f"INSERT INTO {q(table)} ({', '.join(q(c) for c in columns)}) "  # noqa: S608
+        f"VALUES {', '.join([placeholders] * len(rows))} "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {', '.join(sets)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+@functools.cache
+def _counted_fields(model, keys: tuple[str, ...]) -> list[str]:
+    """The attribute names of ``model``'s columns other than its id and ``keys``."""
+    _, fields = _fields(model)
+    skip = {"id", *keys, *(fields[name][0].name for name in keys)}
+    return [f.attname for f in model._meta.concrete_fields if f.name not in skip]
+
+
 def _add(model, key: dict, sums: dict[str, float]) -> None:
-    """Add ``sums`` to the row ``key`` of ``model`` (created with them if missing); the TTFT
-    maximum is kept as a maximum. The caller holds a transaction.
+    """Add ``sums`` to the row ``key`` of ``model`` (created with them if missing), for a key
+    ``_upsert`` cannot take (see ``_add_all``). The caller holds a transaction.
 
     One UPDATE whose additions run in the database (so writers on several nodes never lose
     each other's counts), and an INSERT when it found no row. The UPDATE is written out here:

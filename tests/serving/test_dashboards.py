@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,7 +11,7 @@ from django.db.models import Q, Sum
 
 from apps.serving.console import dashboards
 from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
-from apps.serving.models import RequestMinute, RequestRollup
+from apps.serving.models import PlatformRollup, RequestMinute, RequestRollup
 from apps.serving.stats import RequestRecord, write_records
 
 
@@ -86,6 +88,60 @@ def test_later_batches_add_to_every_rollup_row_and_keep_the_slowest_ttft(tenant_
         assert (rollup.requests, rollup.ttft_ms_max) == (3, 50)
     write_records("n1", [_record(tenant_a.id, at, ttft_ms=90)])
     assert RequestMinute.objects.get(tenant=tenant_a).ttft_ms_max == 90
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nodes_flushing_the_same_new_rows_at_once_lose_no_count(tenant_a, tenant_b):
+    """Several nodes flush at the same moment, each creating the same minute's rows for the
+    first time: every request is counted once, in every rollup, and nobody's batch fails."""
+    from django.db import connection
+
+    at = datetime(2026, 7, 4, 12, 0, 30, tzinfo=UTC)
+    per_node = [
+        _record(tenant.id, at, alias=alias, adapter_id=alias, ttft_ms=10.0 + i)
+        for i, (tenant, alias) in enumerate(
+            (t, a) for t in (tenant_a, tenant_b) for a in ("support", "billing", "faq")
+        )
+    ]
+    nodes, start = 4, threading.Barrier(4)
+
+    def flush(node: str) -> None:
+        try:
+            start.wait()
+            write_records(node, per_node)
+        finally:
+            connection.close()  # each thread has its own connection
+
+    with concurrent.futures.ThreadPoolExecutor(nodes) as pool:
+        list(pool.map(flush, [f"n{i}" for i in range(nodes)]))
+    minutes = RequestMinute.objects.all()
+    assert minutes.count() == len(per_node)
+    assert {row.requests for row in minutes} == {nodes}
+    assert {row.ttft_count for row in minutes} == {nodes}
+    for step in (300, 3600):
+        assert RequestRollup.objects.filter(step_s=step).aggregate(n=Sum("requests"))["n"] == (
+            nodes * len(per_node)
+        )
+    platform = dict(PlatformRollup.objects.values_list("step_s").annotate(n=Sum("requests")))
+    assert platform == {
+        60: nodes * len(per_node),
+        300: nodes * len(per_node),
+        3600: nodes * len(per_node),
+    }
+
+
+def test_a_flush_costs_the_same_few_statements_however_many_rows_it_writes(
+    tenant_a, django_assert_max_num_queries
+):
+    """The node's stats thread shares the serving process: a flush of 150 new rollup keys
+    (and their 5-minute, hourly and platform rows) is a handful of statements, not a few per
+    row (bench/stats_writer.py prints what that costs)."""
+    at = datetime(2026, 7, 4, 12, 0, 30, tzinfo=UTC)
+    records = [_record(tenant_a.id, at, alias=f"a{i}", adapter_id=f"a{i}") for i in range(150)]
+    with django_assert_max_num_queries(10):
+        write_records("n1", records)
+    assert RequestMinute.objects.count() == 150
+    assert RequestRollup.objects.count() == 300
 
 
 def test_a_week_is_downsampled_to_five_minute_steps_and_sums_add_up(tenant_a, tenant_b):
@@ -194,7 +250,6 @@ def test_the_platform_series_is_the_sum_of_every_tenants_and_reads_one_row_per_s
 ):
     """The operator's charts read the platform-wide rows; they plot what the tenants' rows
     add up to, in every range (minute, 5-minute and hourly steps)."""
-    from apps.serving.models import PlatformRollup
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
     records = []
@@ -230,7 +285,6 @@ def test_the_platform_series_is_the_sum_of_every_tenants_and_reads_one_row_per_s
 
 
 def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant_a, tenant_b):
-    from apps.serving.models import PlatformRollup
     from apps.serving.stats import rebuild_platform_rollups
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
