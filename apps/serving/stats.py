@@ -3,8 +3,9 @@ rollups, the cache activity per minute, and their purge.
 
 A node's ``StatsRecorder`` (``node/stats_recorder.py``) batches what its requests did and
 writes it here (``write_records``, ``write_cache_minutes``): one bulk insert of request rows
-and one additive upsert per (minute, tenant, alias, version) rollup. The dashboards read the
-rollups; the migrations rebuild them with ``rebuild_rollups``.
+and, per rollup table, one additive upsert of its (minute or step, tenant, alias, version)
+rows (``_add_all``). The dashboards read the rollups; the migrations rebuild them with
+``rebuild_rollups``.
 """
 
 from __future__ import annotations
