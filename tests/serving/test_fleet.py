@@ -84,6 +84,9 @@ class Router:
                 )
             try:
                 wait_for_port(self.port, self.proc)
+                time.sleep(0.3)  # whoever took the port also listens: HAProxy is gone by now
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"HAProxy exited with {self.proc.returncode}")
                 return
             except RuntimeError as exc:
                 printed = self.log.read_bytes()[printed_from:].decode(errors="replace")
