@@ -45,8 +45,9 @@ the ceiling's two points, ``bench/batching_bound.py`` models the engine and prin
 admission order (vLLM's, the node's gate, an idealized one) does on the same sequence.
 
 **Replay agreement**: after the run, ``manage.py replay``'s engine (``apps/serving/replay``)
-replays the node's own request log under the default policy with the node's capacities and
-the load costs the node measured; its per-tier hit rates and TTFT beside the node's. The
+replays the node's own request log under the default policy with the node's capacities, its
+disk prewarmed with every version as the bench's was (``--warm-disk``), and the load costs the
+node measured; its per-tier hit rates and TTFT beside the node's. The
 replay holds each version while its logged requests run (from arrival to last byte), and is
 printed once more without holds. The log's export is kept in
 ``var/bench/many_adapters-requests.jsonl``, with the command that replays it again.
@@ -591,7 +592,8 @@ def replay_agreement(engine) -> dict:
     spec = replay_run.Spec(
         trace=replay_run.TraceSpec(source="db", since_hours=6),
         policies=(default,),
-        capacity=replay_run.capacity_from_config(),
+        # the node's disk held all the versions before the run (as the bench landed them)
+        capacity=dataclasses.replace(replay_run.capacity_from_config(), warm_disk=True),
         costs=costs,
     )
     trace = spec.trace.build()
@@ -803,7 +805,8 @@ def report(results: dict, args, engine) -> None:
             f".venv/bin/python manage.py replay --file "
             f"{EXPORT.relative_to(ROOT)} --policies weighted --l1 {capacity.l1_slots} --l2 "
             f"{capacity.l2_slots} --l2-gb {(capacity.l2_bytes or 0) / 2**30:g} --l3-gb "
-            f"{(capacity.l3_bytes or 0) / 2**30:g} --ttl-minutes {(capacity.ttl_s or 0) / 60:g} "
+            f"{(capacity.l3_bytes or 0) / 2**30:g} --warm-disk "
+            f"--ttl-minutes {(capacity.ttl_s or 0) / 60:g} "
             f"--max-pending {capacity.max_pending} --max-loads {capacity.max_loads} "
             f"--max-fetches {capacity.max_fetches} --base-ttft-ms {costs['base_ttft_ms']:.1f} "
             f"--bench-costs --l3-ms {costs['l3_ms']:.1f} --l3-ms-per-mb 0 --l4-ms "

@@ -105,6 +105,32 @@ def test_the_disk_tier_keeps_to_its_byte_cap_but_never_drops_what_the_engine_hol
     assert result.peak_bytes["L2"] == 10 * MB
 
 
+def test_a_prewarmed_disk_turns_first_uses_into_disk_loads_up_to_its_cap():
+    """As a node whose disk was prewarmed (bench/many_adapters.py lands every version before
+    its run): each version's first use is a load from L3, not a fetch from the registry, for
+    as many versions as the disk holds, in order of first use."""
+    names = "ABCDA"
+    cold = replay(trace_of(names), "lru", Capacity(l1_slots=1, l2_slots=1), FREE, record_tiers=True)
+    warm = replay(
+        trace_of(names),
+        "lru",
+        Capacity(l1_slots=1, l2_slots=1, warm_disk=True),
+        FREE,
+        record_tiers=True,
+    )
+    capped = replay(
+        trace_of(names),
+        "lru",
+        Capacity(l1_slots=1, l2_slots=1, l3_bytes=25 * MB, warm_disk=True),
+        FREE,
+        record_tiers=True,
+    )
+    assert cold.tier_log == ["L4", "L4", "L4", "L4", "L3"]
+    assert warm.tier_log == ["L3", "L3", "L3", "L3", "L3"]
+    assert capped.tier_log[:3] == ["L3", "L3", "L4"]  # A and B fit the 25 MB cap, C did not
+    assert "(prewarmed)" in Capacity(warm_disk=True).describe()
+
+
 def test_requests_for_a_version_still_loading_wait_for_that_one_load():
     slow = Costs(base_ttft_ms=50, l3_ms=20, l3_ms_per_mb=0, l4_ms=80, l4_ms_per_mb=0)
     trace = trace_of("AA")

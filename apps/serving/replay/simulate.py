@@ -75,12 +75,17 @@ class Capacity:
     max_loads: int = 1
     max_pending: int = 16
     warm_quotas: dict[int, int] = field(default_factory=dict)  # tenant -> versions in engine
+    # every version the trace names is on disk at the start, in order of first use while the
+    # cap allows (a node whose disk was prewarmed, as bench/many_adapters.py's); else empty
+    warm_disk: bool = False
 
     def describe(self) -> str:
         parts = [f"L1 {self.l1_slots}", f"L2 {self.l2_slots}"]
         if self.l2_bytes:
             parts[-1] += f" / {self.l2_bytes / MB:.0f} MB"
         parts.append(f"L3 {self.l3_bytes / MB:.0f} MB" if self.l3_bytes else "L3 unbounded")
+        if self.warm_disk:
+            parts[-1] += " (prewarmed)"
         return ", ".join(parts)
 
 
@@ -339,6 +344,24 @@ def replay(
     held_until: dict[int, float] = {}  # when each version's last request ends (with ``held``)
     waiting_room: dict[int, list[tuple[int, float]]] = {}  # a load waiting for room: requests
     started = time.perf_counter()
+    if capacity.warm_disk:
+        start = trace.at[0] if trace.at else 0.0
+        for key in dict.fromkeys(trace.keys):
+            adapter = adapters[key]
+            if l3_bytes is not None and disk.bytes + adapter.size_bytes > l3_bytes:
+                break
+            disk.put(
+                key,
+                Resident(
+                    key,
+                    adapter.tenant,
+                    adapter.size_bytes,
+                    start,
+                    0.0,
+                    costs.land_ms(adapter.size_bytes),
+                    priorities.get(adapter.tenant, 1),
+                ),
+            )
 
     def refill_l1() -> None:
         if len(l1) < l1_slots and len(engine.residents) > len(l1):

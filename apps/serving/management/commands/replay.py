@@ -72,6 +72,12 @@ class Command(BaseCommand):
         tiers.add_argument("--l2", type=int, help="engine slots (cpu_warm.max_adapters)")
         tiers.add_argument("--l2-gb", type=float, help="engine memory cap; 0: none")
         tiers.add_argument("--l3-gb", type=float, help="disk cap; 0: unbounded")
+        tiers.add_argument(
+            "--warm-disk",
+            action="store_true",
+            help="start with every version of the trace on disk (a prewarmed node); "
+            "default: an empty disk",
+        )
         tiers.add_argument("--ttl-minutes", type=float, help="engine idle TTL; 0: none")
         tiers.add_argument("--max-pending", type=int)
         tiers.add_argument("--max-loads", type=int)
@@ -195,6 +201,8 @@ class Command(BaseCommand):
         for option in ("l2_gb", "l3_gb", "ttl_minutes"):
             if options[option] is not None and options[option] < 0:
                 raise CommandError(f"--{option.replace('_', '-')} cannot be negative (0: no limit)")
+        if options["warm_disk"]:
+            changes["warm_disk"] = True
         capacity = dataclasses.replace(run.capacity_from_config(), **changes)
         if capacity.l1_slots > capacity.l2_slots:
             raise CommandError(
