@@ -5,13 +5,12 @@ The node's stats thread (``apps/serving/node/stats_recorder.py``) wakes every
 request rows and additive upserts of the (minute, tenant, alias, version) rows, the 5-minute and
 hourly rollups and the platform rows (one statement per 200 rows of a table). It runs in the
 serving process, so its CPU (and the GIL it holds) is taken from the event loop that streams
-tokens. This prints, for K distinct
-(alias, version) keys written per flush, the median wall time of one flush (``write_records``),
-the time per rollup row, and the share of one core it takes at the 2 s flush interval; then the
-same flush when its rows are new (the first flush of each minute, and of each 5-minute and hourly
-step, creates them); beside it, a bulk insert of as many request-log rows (time and status
-only), measured in the same run: about what every flush pays for the log whatever the rollups
-cost.
+tokens. This prints, for K distinct (alias, version) keys written per flush, the median wall
+time of one flush (``write_records``), the time per rollup row, and the share of one core it
+takes at the 2 s flush interval; then the same flush when its rows are new (the first flush of
+each minute, and of each 5-minute and hourly step, creates them); beside it, a bulk insert
+of as many request-log rows (time and status only), measured in the same run: about what every
+flush pays for the log whatever the rollups cost.
 
 Runs on the database the settings name (embedded SQLite by default; ``DATABASE_URL`` for
 PostgreSQL) in a throwaway schema: a temporary SQLite file, or a ``lorahub_bench_stats``

@@ -306,13 +306,13 @@ def _add_all(model, rows: list[tuple[dict, dict[str, float]]]) -> None:
     ``_add`` costs one UPDATE and, for each row new this minute, a savepoint and an ORM
     ``create``: the savepoint and ``create`` were ~5 % of the node front's CPU under the
     many-adapter bench (py-spy, docs/performance.md)."""
-    full = sorted(
-        ((key, sums) for key, sums in rows if None not in key.values()),
-        key=lambda row: tuple(row[0].values()),
-    )
+    full = []
     for key, sums in rows:
         if None in key.values():
             _add(model, key, sums)
+        else:
+            full.append((key, sums))
+    full.sort(key=lambda row: tuple(row[0].values()))
     for i in range(0, len(full), UPSERT_ROWS):
         _upsert(model, full[i : i + UPSERT_ROWS])
 
@@ -321,8 +321,6 @@ def _upsert(model, rows: list[tuple[dict, dict[str, float]]]) -> None:
     """One ``INSERT … ON CONFLICT … DO UPDATE`` for ``rows`` (see ``_add_all``). Table and
     column names come from the model's metadata, quoted by the backend; every value is a
     parameter, prepared by its field for this database."""
-    if not rows:
-        return
     q = connection.ops.quote_name
     table, fields = _fields(model)
     keys = list(rows[0][0])

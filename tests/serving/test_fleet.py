@@ -84,7 +84,7 @@ class Router:
                 )
             try:
                 wait_for_port(self.port, self.proc)
-                time.sleep(0.3)  # whoever took the port also listens: HAProxy is gone by now
+                time.sleep(0.3)  # a foreign listener answered? then HAProxy has exited by now
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"HAProxy exited with {self.proc.returncode}")
                 return
