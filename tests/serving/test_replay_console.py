@@ -8,7 +8,9 @@ import time
 import pytest
 
 from apps.serving import config
+from apps.serving.console.replay_pages import ReplayForm
 from apps.serving.models import ReplayRun
+from apps.serving.replay.run import Spec
 from apps.tenants.models import AuditEvent
 from tests.helpers import user_client
 
@@ -103,6 +105,20 @@ def test_bad_fields_are_shown_beside_them_and_nothing_starts(operator):
     assert "L1 slots cannot exceed L2 slots" in page
     assert "Enter a whole number" in page
     assert not ReplayRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_replay_can_start_from_a_prewarmed_disk_as_the_bench_s_node_does(operator):
+    otto = user_client("otto", "otto-pass-123")
+    assert 'name="warm_disk"' in otto.get("/operator/replay/").content.decode()
+    unticked = ReplayForm({**SMALL, "l3_gb": "1"})
+    assert unticked.is_valid(), unticked.errors
+    assert not unticked.spec().capacity.warm_disk  # an empty disk unless asked
+    form = ReplayForm({**SMALL, "l3_gb": "1", "warm_disk": "on"})
+    assert form.is_valid(), form.errors
+    spec = Spec.from_json(form.spec().to_json())  # as the worker reads it back
+    assert spec.capacity.warm_disk
+    assert spec.capacity.describe().endswith("L3 1024 MB (prewarmed)")
 
 
 @pytest.mark.django_db

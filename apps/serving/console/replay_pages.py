@@ -75,6 +75,11 @@ class ReplayForm(forms.Form):
     l2 = forms.IntegerField(min_value=1, max_value=65_536, label="L2 engine slots")
     l2_gb = forms.FloatField(min_value=0, max_value=4096, label="L2 memory (GB, 0: no cap)")
     l3_gb = forms.FloatField(min_value=0, max_value=100_000, label="L3 disk (GB, 0: no cap)")
+    warm_disk = forms.BooleanField(
+        required=False,
+        initial=False,
+        label="Start with every version on disk (a prewarmed node; else an empty disk)",
+    )
     sweep = forms.BooleanField(
         required=False, initial=True, label="Sweep L2 capacity (4-256 slots)"
     )
@@ -100,7 +105,7 @@ class ReplayForm(forms.Form):
                 "requests",
             ),
         ),
-        ("Tiers and policies", ("l1", "l2", "l2_gb", "l3_gb", "sweep", "policies")),
+        ("Tiers and policies", ("l1", "l2", "l2_gb", "l3_gb", "warm_disk", "sweep", "policies")),
     )
 
     def fieldsets(self) -> list[tuple[str, list]]:
@@ -135,6 +140,7 @@ class ReplayForm(forms.Form):
             l2_slots=d["l2"],
             l2_bytes=int(d["l2_gb"] * GIB) or None,
             l3_bytes=int(d["l3_gb"] * GIB) or None,
+            warm_disk=d["warm_disk"],
         )
         sweep = tuple(v for v in run.L2_SWEEP if v >= d["l1"]) if d["sweep"] else ()
         policies = tuple(p for p in POLICIES if p in d["policies"])  # the default first
