@@ -78,7 +78,7 @@ class ReplayForm(forms.Form):
     warm_disk = forms.BooleanField(
         required=False,
         initial=False,
-        label="Start with every version on disk (a prewarmed node; else an empty disk)",
+        label="Start with every version on disk (a prewarmed node)",
     )
     sweep = forms.BooleanField(
         required=False, initial=True, label="Sweep L2 capacity (4-256 slots)"
