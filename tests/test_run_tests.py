@@ -1,0 +1,42 @@
+"""`make test`'s lanes (tools/run_tests.py) run every test once: for any set of markers a test
+may carry, exactly one lane's ``-m`` expression selects it, and each lane its own database,
+Redis database and log."""
+
+from __future__ import annotations
+
+import itertools
+
+from _pytest.mark.expression import Expression
+
+from tools.run_tests import lanes
+
+# every marker a lane's expression reads (pyproject.toml's list, less none)
+MARKERS = ("engine", "browser", "own_nodes", "faults", "in_process_engine", "outage", "serving_dir")
+
+
+def selecting(marks: set[str]) -> list[str]:
+    together, alone = lanes("cp-python", "python")
+    return [
+        lane.name
+        for lane in together + alone
+        if Expression.compile(lane.marks).evaluate(lambda name, **_: name in marks)
+    ]
+
+
+def test_every_combination_of_markers_runs_in_exactly_one_lane():
+    for n in range(len(MARKERS) + 1):
+        for marks in itertools.combinations(MARKERS, n):
+            assert len(selecting(set(marks))) == 1, (marks, selecting(set(marks)))
+
+
+def test_the_session_node_s_tests_are_split_by_where_they_live():
+    assert selecting({"engine", "serving_dir"}) == ["session node (serving)"]
+    assert selecting({"browser"}) == ["session node (console, releases)"]
+    assert selecting({"engine", "browser", "serving_dir", "outage"}) == ["outages engine"]
+
+
+def test_lanes_that_run_at_once_share_no_database_redis_database_or_log():
+    together, _ = lanes("cp-python", "python")
+    for attribute in ("database", "redis_db", "slug"):
+        values = [getattr(lane, attribute) for lane in together]
+        assert len(set(values)) == len(values), (attribute, values)
