@@ -703,20 +703,13 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-SERVING_TESTS = ROOT / "tests" / "serving"
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Marks ``in_process_engine`` the tests that use the in-process engine and no serving
-    node: ``make test`` runs them in the fault drills' lane, so that a session node's lane
-    does not start two engines at once. Marks ``serving_dir`` the tests under
-    ``tests/serving/``: ``make test`` splits the session node's tests in two lanes by it, each
-    around a node of its own."""
+    node: ``make test`` runs them in the fault drills' lane, so that the session node's lane
+    (the longest) does not start two engines at once."""
     names = getattr(item, "fixturenames", ())
     if "engine" in names and "session_node" not in names:
         item.add_marker(pytest.mark.in_process_engine)
-    if item.path.is_relative_to(SERVING_TESTS):
-        item.add_marker(pytest.mark.serving_dir)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,6 +1,6 @@
 """`make test`'s lanes (tools/run_tests.py) run every test once: for any set of markers a test
-may carry, exactly one lane's ``-m`` expression selects it, and each lane its own database,
-Redis database and log."""
+may carry, exactly one lane's ``-m`` expression selects it; and lanes that run at once share
+no database, Redis database or log."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from _pytest.mark.expression import Expression
 
 from tools.run_tests import lanes
 
-# every marker a lane's expression reads (pyproject.toml's list, less none)
-MARKERS = ("engine", "browser", "own_nodes", "faults", "in_process_engine", "outage", "serving_dir")
+# every marker a lane's expression reads (pyproject.toml lists them)
+MARKERS = ("engine", "browser", "own_nodes", "faults", "in_process_engine", "outage")
 
 
 def selecting(marks: set[str]) -> list[str]:
@@ -29,10 +29,14 @@ def test_every_combination_of_markers_runs_in_exactly_one_lane():
             assert len(selecting(set(marks))) == 1, (marks, selecting(set(marks)))
 
 
-def test_the_session_node_s_tests_are_split_by_where_they_live():
-    assert selecting({"engine", "serving_dir"}) == ["session node (serving)"]
-    assert selecting({"browser"}) == ["session node (console, releases)"]
-    assert selecting({"engine", "browser", "serving_dir", "outage"}) == ["outages engine"]
+def test_tests_go_where_their_markers_say():
+    assert selecting({"engine"}) == ["session node"]
+    assert selecting({"browser"}) == ["session node"]
+    assert selecting({"engine", "in_process_engine"}) == ["drills and engine"]
+    assert selecting({"engine", "own_nodes", "in_process_engine"}) == ["own nodes"]
+    assert selecting({"engine", "own_nodes", "faults"}) == ["drills and engine"]
+    assert selecting({"engine", "browser", "outage"}) == ["outages engine"]
+    assert selecting(set()) == ["control plane"]
 
 
 def test_lanes_that_run_at_once_share_no_database_redis_database_or_log():

@@ -2,7 +2,7 @@
 alone.
 
 The suite waits more than it computes (a CI run kept 0.64 of its 2 cores busy over 25 minutes:
-engines starting, nodes restarting, polling for a worker), so five pytest processes share the
+engines starting, nodes restarting, polling for a worker), so four pytest processes share the
 machine:
 
 - **control plane**: the tests that need neither vLLM nor a browser, in the control plane's
@@ -14,11 +14,7 @@ machine:
   they get a lane rather than lengthening the one above; beside them the tests of the
   in-process engine, which need no serving node (marker ``in_process_engine``, set by
   ``tests/conftest.py``);
-- **session node (serving)** and **session node (console, releases)**: the other engine and
-  browser tests, around a session node of each lane's own, split by where they live
-  (``tests/serving/`` or elsewhere; marker ``serving_dir``, set by ``tests/conftest.py``):
-  in one lane they were the longest by 170-250 s, a node's start (1-3 minutes with every lane
-  starting engines) and then one test after another.
+- **session node**: the other engine and browser tests, around the session's node.
 
 Each lane has its own test database, Redis database and alias-change channel, so no lane sees
 another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop PostgreSQL or Redis
@@ -34,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -57,7 +52,7 @@ class Lane:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", self.name.lower()).strip("-")
+        return self.name.replace(" ", "-").replace("(", "").replace(")", "")
 
     def env(self) -> dict[str, str]:
         return {
@@ -81,8 +76,8 @@ class Lane:
 def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
     engine, control = "(engine or browser)", "not engine and not browser"
     own = f"{engine} and own_nodes and not outage"
+    # not own_nodes: a test of the in-process engine that also starts nodes runs with those
     in_process = f"{engine} and in_process_engine and not own_nodes and not outage"
-    session = f"{engine} and not own_nodes and not in_process_engine and not outage"
     together = [
         Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13),
         Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14),
@@ -93,13 +88,12 @@ def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
             "lorahub_faults",
             12,
         ),
-        Lane("session node (serving)", py, f"{session} and serving_dir", "lorahub", 15),
         Lane(
-            "session node (console, releases)",
+            "session node",
             py,
-            f"{session} and not serving_dir",
-            "lorahub_console",
-            10,
+            f"{engine} and not own_nodes and not in_process_engine and not outage",
+            "lorahub",
+            15,
         ),
     ]
     alone = [
