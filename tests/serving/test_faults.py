@@ -34,17 +34,25 @@ pytestmark = [pytest.mark.engine, pytest.mark.own_nodes, pytest.mark.faults]
 
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
-# short load deadlines, so that an outage shows in seconds: a standard tenant gets the base
-# model (degrade), a batch tenant a 503 with Retry-After
 # A load deadline short enough that a registry outage shows within a test, long enough that a
 # first load from the registry (fetch, verify, land, engine add) makes it on a loaded 2-core
-# machine: `make test` runs this beside other engine tests, where 2 s degraded one.
+# machine: `make test` runs this beside other engine tests, where 2 s degraded one. In an
+# outage a standard tenant gets the base model (degrade), a batch tenant a 503 with Retry-After.
 FAST_SLA = """
   load_queue:
     sla:
       premium:  {deadline_ms: 8000, on_overload: wait}
       standard: {deadline_ms: 8000, on_overload: degrade}
       batch:    {deadline_ms: 8000, on_overload: reject}
+"""
+# Once no outage is under way, a deadline that only a broken load misses: what such a test checks
+# is what lands, not how fast a 2-core machine running four lanes lands it (8 s degraded one).
+PATIENT_SLA = """
+  load_queue:
+    sla:
+      premium:  {deadline_ms: 45000, on_overload: wait}
+      standard: {deadline_ms: 45000, on_overload: degrade}
+      batch:    {deadline_ms: 45000, on_overload: reject}
 """
 
 
@@ -212,11 +220,16 @@ def test_a_node_killed_mid_landing_uses_nothing_half_landed_after_its_restart(
         assert not list(cache.glob("t*/*/*/.seal.json"))  # nothing was sealed
         os.kill(s3.pid, signal.SIGCONT)
 
+        (tmp_path / "node" / "cache.yaml").write_text(NODE_CACHE_CONFIG + PATIENT_SLA)
         node.start().wait_ready()
         assert not any(path.exists() for path in half)  # thrown away at start
         answer = ask(node, key)
         assert answer.status_code == 200, answer.text
-        assert answer.headers["x-lorahub-cache-tier"] == "L4"  # landed again, in full
+        log = node.log_path.read_text(errors="replace").splitlines()[-20:]
+        assert answer.headers["x-lorahub-cache-tier"] == "L4", (  # landed again, in full
+            dict(answer.headers),
+            log,
+        )
         assert answer.json()["choices"][0]["text"].strip().startswith(V1)
         assert len(list(cache.glob("t*/*/*/.seal.json"))) == 1
     finally:
