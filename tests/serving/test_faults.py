@@ -106,6 +106,19 @@ def ask(node: NodeProcess, key: str) -> httpx.Response:
     )
 
 
+def answered_by_adapter(node: NodeProcess, key: str, within: float = 90) -> httpx.Response:
+    """The first answer not degraded to the base model, within ``within`` seconds: after an
+    outage, and before one, where a first load on a loaded machine may miss the 8 s deadline
+    (the load goes on meanwhile)."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = ask(node, key)
+        if answer.status_code == 200 and "x-lorahub-degraded" not in answer.headers:
+            return answer
+        assert time.monotonic() < deadline, f"no adapter answered: {answer.text}"
+        time.sleep(0.5)
+
+
 def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
     private_s3, signing_key, base_model, reviewer, demo_dir, tmp_path, transactional_db
 ):
@@ -142,9 +155,8 @@ def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
     try:
         node.wait_ready()
         for slug in keys:  # v1 lands on disk and in the engine
-            first = ask(node, keys[slug])
-            assert first.status_code == 200, first.text
-            assert first.headers["x-lorahub-cache-tier"] == "L4"
+            first = answered_by_adapter(node, keys[slug])
+            assert first.headers["x-lorahub-adapter"] == "support@v1"
 
         os.kill(s3.pid, signal.SIGSTOP)  # the registry hangs: no answer at all
         outage = time.monotonic()
@@ -171,14 +183,7 @@ def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
         assert httpx.get(f"{node.url}/healthz", timeout=5).status_code == 200
 
         os.kill(s3.pid, signal.SIGCONT)  # the registry is back
-        recovered = None
-        deadline = time.monotonic() + 90
-        while recovered is None:
-            answer = ask(node, keys["std"])
-            if answer.status_code == 200 and "x-lorahub-degraded" not in answer.headers:
-                recovered = answer
-            assert time.monotonic() < deadline, "the node did not recover after the outage"
-            time.sleep(0.5)
+        recovered = answered_by_adapter(node, keys["std"])
         assert recovered.headers["x-lorahub-adapter"] == "support@v2"
         assert recovered.json()["choices"][0]["text"].strip().startswith(V2)
         print(f"s3 outage: recovered {time.monotonic() - outage:.1f} s after it began")
