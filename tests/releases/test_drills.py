@@ -23,13 +23,15 @@ pytestmark = pytest.mark.engine
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 # Not pre-warmed, the candidate's first canary request loads it from disk: against a warm
 # baseline its TTFT p95 over a handful of requests can exceed the default 1.5 ratio, and the
-# release rolls back on TTFT (seen in CI). These drills are about control flow under faults;
-# the TTFT gate's verdicts have their own tests in tests/releases/test_rules.py.
+# release rolls back on TTFT (seen in CI, at 1.5 and at 10: 608 ms against 49 ms). These
+# drills are about control flow under faults; the TTFT gate's verdicts have their own tests in
+# tests/releases/test_rules.py. 100 is the most a plan accepts.
+TTFT_RATIO_OFF = 100
 CANARY_ONLY = {
     "interval_s": 1,
     "failure_threshold": 2,
     "prewarm": False,
-    "canary_max_ttft_ratio": 10,
+    "canary_max_ttft_ratio": TTFT_RATIO_OFF,
 }
 
 
@@ -75,12 +77,12 @@ def test_a_candidate_with_the_stable_weights_goes_through_every_step_and_is_prom
         "shadow_duration_s": 2,
         "shadow_min_comparisons": 2,
         "shadow_min_agreement": 0.9,
-        "shadow_max_ttft_ratio": 10,
+        "shadow_max_ttft_ratio": TTFT_RATIO_OFF,
         "canary_steps": [
             {"percent": 50, "dwell_s": 2, "min_requests": 2},
             {"percent": 100, "dwell_s": 1, "min_requests": 2},
         ],
-        "canary_max_ttft_ratio": 10,
+        "canary_max_ttft_ratio": TTFT_RATIO_OFF,
     }
     with Traffic(stack["url"], stack["key"]):
         release = start(alice, versions["v3"], plan)
