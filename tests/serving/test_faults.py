@@ -34,26 +34,27 @@ pytestmark = [pytest.mark.engine, pytest.mark.own_nodes, pytest.mark.faults]
 
 PROMPT = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[1])
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
+
+
+def sla(deadline_ms: int) -> str:
+    """The cache config's load deadlines: every tenant tier waits ``deadline_ms``; then a
+    standard tenant gets the base model (degrade), a batch tenant a 503 with Retry-After."""
+    return f"""
+  load_queue:
+    sla:
+      premium:  {{deadline_ms: {deadline_ms}, on_overload: wait}}
+      standard: {{deadline_ms: {deadline_ms}, on_overload: degrade}}
+      batch:    {{deadline_ms: {deadline_ms}, on_overload: reject}}
+"""
+
+
 # A load deadline short enough that a registry outage shows within a test, long enough that a
 # first load from the registry (fetch, verify, land, engine add) makes it on a loaded 2-core
-# machine: `make test` runs this beside other engine tests, where 2 s degraded one. In an
-# outage a standard tenant gets the base model (degrade), a batch tenant a 503 with Retry-After.
-FAST_SLA = """
-  load_queue:
-    sla:
-      premium:  {deadline_ms: 8000, on_overload: wait}
-      standard: {deadline_ms: 8000, on_overload: degrade}
-      batch:    {deadline_ms: 8000, on_overload: reject}
-"""
+# machine: `make test` runs this beside other engine tests, where 2 s degraded one.
+FAST_SLA = sla(8000)
 # Once no outage is under way, a deadline that only a broken load misses: what such a test checks
 # is what lands, not how fast a 2-core machine running four lanes lands it (8 s degraded one).
-PATIENT_SLA = """
-  load_queue:
-    sla:
-      premium:  {deadline_ms: 45000, on_overload: wait}
-      standard: {deadline_ms: 45000, on_overload: degrade}
-      batch:    {deadline_ms: 45000, on_overload: reject}
-"""
+PATIENT_SLA = sla(45000)
 
 
 @pytest.fixture
