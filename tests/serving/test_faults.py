@@ -48,9 +48,9 @@ def sla(deadline_ms: int) -> str:
 """
 
 
-# A load deadline short enough that a registry outage shows within a test, long enough that a
-# first load from the registry (fetch, verify, land, engine add) makes it on a loaded 2-core
-# machine: `make test` runs this beside other engine tests, where 2 s degraded one.
+# A load deadline short enough that a registry outage shows within a test. A first load from
+# the registry (fetch, verify, land, engine add) usually makes it, but not always on a 2-core
+# machine running four lanes: before an outage, tests wait with `answered_by_adapter`.
 FAST_SLA = sla(8000)
 # Once no outage is under way, a deadline that only a broken load misses: what such a test checks
 # is what lands, not how fast a 2-core machine running four lanes lands it (8 s degraded one).
@@ -231,10 +231,9 @@ def test_a_node_killed_mid_landing_uses_nothing_half_landed_after_its_restart(
         assert not any(path.exists() for path in half)  # thrown away at start
         answer = ask(node, key)
         assert answer.status_code == 200, answer.text
-        log = node.log_path.read_text(errors="replace").splitlines()[-20:]
         assert answer.headers["x-lorahub-cache-tier"] == "L4", (  # landed again, in full
             dict(answer.headers),
-            log,
+            node.log_path.read_text(errors="replace").splitlines()[-20:],
         )
         assert answer.json()["choices"][0]["text"].strip().startswith(V1)
         assert len(list(cache.glob("t*/*/*/.seal.json"))) == 1
