@@ -401,6 +401,11 @@ LORAHUB_TRACES_DIR = env_path("LORAHUB_TRACES_DIR", BASE_DIR.parent / "shared" /
 # Overload: concurrent generations, and requests allowed to wait for one; beyond, 503.
 LORAHUB_NODE_MAX_CONCURRENT = env_int("LORAHUB_NODE_MAX_CONCURRENT", 32, minimum=1)
 LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
+# A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503
+# for at least LEAVE_S (the router's health checks notice), and waits up to TIMEOUT_S for the
+# requests under way. Kubernetes' terminationGracePeriodSeconds must exceed preStop + TIMEOUT_S.
+LORAHUB_NODE_DRAIN_LEAVE_S = env_int("LORAHUB_NODE_DRAIN_LEAVE_S", 3, minimum=0)
+LORAHUB_NODE_DRAIN_TIMEOUT_S = env_int("LORAHUB_NODE_DRAIN_TIMEOUT_S", 60, minimum=0)
 LORAHUB_NODE_CACHE_DIR = env_path("LORAHUB_NODE_CACHE_DIR", VAR_DIR / "node-cache")
 # The node's internal control API (/internal/*): off unless a token is set.
 LORAHUB_INTERNAL_TOKEN = env_str("LORAHUB_INTERNAL_TOKEN")

@@ -564,6 +564,8 @@ class NodeProcess:
             "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
             # the release drills inject faults for one version (apps/serving/node/seams.py)
             "LORAHUB_TEST_SEAMS": "1",
+            # no router watches these nodes' health (the fleet's set their own): stop at once
+            "LORAHUB_NODE_DRAIN_LEAVE_S": "0",
             **env,
         }
 

@@ -14,6 +14,8 @@ escape the store's namespace, so a caller-supplied string never becomes a path.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import re
 import tempfile
@@ -126,11 +128,21 @@ class LocalStore:
                 yield ObjectInfo(path.relative_to(self.root).as_posix(), path.stat().st_size)
 
     def delete_prefix(self, prefix: str) -> int:
-        """Remove every object under ``prefix`` (used only to clean up a failed upload)."""
+        """Remove every object under ``prefix`` (a failed upload, a cleared staging area) and
+        the folders that held them, as a bucket has no folders to leave behind. Folders above
+        ``prefix`` stay: another upload may be writing into them."""
         removed = 0
         for info in list(self.list(prefix)):
             self._path(info.key).unlink(missing_ok=True)
             removed += 1
+        base = self.root / _check_key(prefix.rstrip("/")) if prefix.strip("/") else None
+        if base is not None and base.is_dir():
+            for folder in sorted(base.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                if folder.is_dir():
+                    with contextlib.suppress(OSError):  # not empty: a write under way
+                        folder.rmdir()
+            with contextlib.suppress(OSError):
+                base.rmdir()
         return removed
 
 

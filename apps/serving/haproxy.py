@@ -17,8 +17,9 @@ Every server has a fixed ``id`` derived from its name: HAProxy places servers on
 id, so adding, removing or reordering nodes moves only the keys of the nodes that changed.
 ``/healthz`` health checks take a node out while its engine starts or restarts (503) and
 when it is gone; a request whose node refused the connection or closed it before answering
-is retried on the next node (``retry-on``, ``option redispatch``), so when a node dies only
-the answers it had already started streaming are cut.
+or answered 503 (a node draining before it stops, see ``node/drain.py``) is retried on the next
+node (``retry-on``, ``option redispatch``), so when a node dies only the answers it had already
+started streaming are cut, and a node that stops cleanly cuts none.
 """
 
 from __future__ import annotations
@@ -103,11 +104,12 @@ defaults
     timeout http-request 30s
     timeout queue 30s
     timeout check 3s
-    # a node that refuses the connection or dies before answering: try the next one (the body
-    # is buffered, and a completion that never started has no effect to repeat)
+    # a node that refuses the connection, dies before answering or answers 503 (draining on
+    # its way out, engine restarting, overloaded): try the next one (the body is buffered, and
+    # a completion that never started has no effect to repeat)
     option redispatch 1
     retries 2
-    retry-on conn-failure empty-response
+    retry-on conn-failure empty-response 503
 
 frontend inference
     bind {bind}

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.serving.models import ServingNode
 
-STATES = ("ready", "starting", "restarting", "dead", "lost", "stopped")
+STATES = ("ready", "starting", "restarting", "draining", "dead", "lost", "stopped")
 
 
 @dataclass(frozen=True)

@@ -65,3 +65,13 @@ def test_delete_prefix_removes_only_that_version(store):
     assert store.delete_prefix("t/a/v1") == 1
     assert not store.exists("t/a/v1/f")
     assert store.get("t/a/v2/f") == b"2"
+
+
+def test_a_cleared_staging_area_leaves_no_empty_folder_behind(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    store.put("staging/abc/0", b"raw")
+    store.put("staging/abc/sub/1", b"raw")
+    store.put("staging/def/0", b"another upload, still staged")
+    assert store.delete_prefix("staging/abc") == 2
+    assert sorted(p.name for p in (tmp_path / "store" / "staging").iterdir()) == ["def"]
+    assert store.get("staging/def/0") == b"another upload, still staged"

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from django.db import transaction
 from django.test import Client
@@ -110,6 +111,8 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
             name=name,
             LORAHUB_NODE_HEARTBEAT_S="1",
             LORAHUB_NODE_LOST_AFTER_S="3",
+            # out of rotation before it stops listening: two failed checks of CHECK_MS each
+            LORAHUB_NODE_DRAIN_LEAVE_S="2",
         )
         for name in ("fleet-a", "fleet-b")
     }
@@ -369,3 +372,74 @@ def test_node_loss_drill(world, operator):
     )
     timeline.append(("alias routed back to it", time.monotonic() - killed))
     print("drill: " + "; ".join(f"{what} +{t:.2f} s" for what, t in timeline))
+
+
+def test_a_rolling_restart_under_streaming_load_loses_no_request(world, operator):
+    """Both nodes stopped (SIGTERM) and started again, one after the other, while two clients
+    stream through the router without pause: each node drains (readiness fails, the registry
+    says draining, new requests get a retryable 503, its streams finish), its engine stops
+    with it, and no client request fails."""
+    router, key, nodes = world["router"], world["key"], world["nodes"]
+    client = operator_client()
+    states = lambda: {n["name"]: n["state"] for n in client.get("/api/nodes").json()}  # noqa: E731
+    for node in nodes.values():
+        wait_until(lambda n=node: states().get(n.name) == "ready", f"{node.name} registered")
+    stop_streaming = False
+    served: Counter = Counter()
+
+    def keep_streaming(seed: int) -> list[dict]:
+        ended = []
+        while not stop_streaming:
+            ended.append(stream_completion(router.url, key, prompt=PROMPT, max_tokens=48, seed=seed))
+            served[ended[-1]["node"]] += 1
+        return ended
+
+    seen: dict[str, dict] = {}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        clients = [pool.submit(keep_streaming, seed) for seed in (1, 2)]
+        try:
+            wait_until(lambda: sum(served.values()) >= 4, "the clients to stream")
+            for node in nodes.values():
+                proc = psutil.Process(node.proc.pid)
+                engine = proc.children(recursive=True)
+                assert engine, f"{node.name} runs no engine process"
+                node.proc.terminate()  # SIGTERM: what podman stop and Kubernetes send
+                health = wait_until(
+                    lambda n=node: (r := httpx.get(f"{n.url}/healthz", timeout=5)).status_code
+                    == 503
+                    and r,
+                    f"{node.name}'s readiness to fail",
+                    timeout=5,
+                    every=0.02,
+                )
+                refused = complete(node.url, key)
+                seen[node.name] = {
+                    "health": health.json()["status"],
+                    "refused": (refused.status_code, refused.headers.get("retry-after")),
+                    "code": refused.json()["error"]["code"],
+                    "registry": wait_until(
+                        lambda n=node: states().get(n.name) == "draining" and "draining",
+                        f"the registry to show {node.name} draining",
+                        timeout=5,
+                        every=0.05,
+                    ),
+                }
+                node.proc.wait(timeout=60)
+                _, alive = psutil.wait_procs(engine, timeout=10)
+                assert not alive, f"{node.name}'s processes outlived it: {alive}"
+                node.start()
+                node.wait_ready()
+                # HAProxy takes it back after two passed checks (CHECK_MS apart)
+                time.sleep(4 * CHECK_MS / 1000)
+        finally:
+            stop_streaming = True
+            ended = [s for c in clients for s in c.result(timeout=180)]
+    failed = [s for s in ended if s["status"] != 200 or not s["done"]]
+    print(f"rolling restart: {len(ended)} streams, {len(failed)} failed, by node {dict(served)}")
+    assert not failed, failed
+    assert len(served) == 2, served  # the alias moved to the other node and back
+    for name, what in seen.items():
+        assert what["health"] == "draining", (name, what)
+        assert what["refused"] == (503, "2"), (name, what)
+        assert what["code"] == "node_draining", (name, what)
+        assert what["registry"] == "draining", (name, what)

@@ -25,6 +25,7 @@ from tests.conftest import (
     NODE_INTERNAL_TOKEN,
     ROOT,
     S3_ENV,
+    NodeProcess,
     child_database_url,
     free_port,
 )
@@ -151,3 +152,30 @@ def test_a_node_killed_under_up_takes_its_engine_with_it_and_ctrl_c_leaves_nothi
             pytest.fail("up did not stop within 90 s of Ctrl-C")
     _, left = psutil.wait_procs(everything, timeout=5)
     assert not [p for p in left if p.status() != "zombie"], "processes outlived up's Ctrl-C"
+
+
+def test_a_node_stopped_while_its_engine_starts_leaves_no_engine_behind(
+    tmp_path: Path, django_db_setup, s3_server, demo_dir
+):
+    """SIGTERM while vLLM is still starting: the node waits for the start, shuts the engine
+    down and ends whatever is left below it. An operator saw ``VLLM::EngineCore`` and
+    ``VLLM::Worker`` (~1.3 GB) left with parent 1 after stopping ``make run`` at that moment."""
+    node = NodeProcess(tmp_path, s3_server, name="stopped-early").start()
+    proc = psutil.Process(node.proc.pid)
+    try:
+        wait_until(
+            lambda: any(is_engine(p) for p in proc.children(recursive=True)),
+            "the node to start spawning its engine",
+            120,
+        )
+        assert httpx.get(f"{node.url}/healthz", timeout=5).status_code == 503  # still starting
+        seen = proc.children(recursive=True)
+        node.proc.terminate()
+        node.proc.wait(timeout=180)
+    finally:
+        if node.proc.poll() is None:
+            node.kill()
+    _, alive = psutil.wait_procs(seen, timeout=10)
+    assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE], alive
+    # nor one spawned after we looked
+    assert orphaned_engines(tmp_path / "cache") == set()

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from django.conf import settings
 from django.utils import timezone
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,7 +35,9 @@ from apps.serving.config import effective_config
 from apps.serving.node.admission import Admission
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.changes import ChangeFollower
+from apps.serving.node import lifeline
 from apps.serving.node.config_in_force import ConfigInForce
+from apps.serving.node.drain import Drain
 from apps.serving.node.engine import Engine, EngineSettings
 from apps.serving.node.internal_api import InternalApi, has_internal_token
 from apps.serving.node.lookups import Lookups
@@ -136,6 +139,13 @@ class Node:
             background=self.background,
         )
         self._engine_changed = asyncio.Event()  # ready, dead, restarting: tell the registry
+        # SIGTERM: out of rotation, new requests 503, in-flight ones finish (drain.py)
+        self.drain = Drain(
+            leave_s=settings.LORAHUB_NODE_DRAIN_LEAVE_S,
+            timeout_s=settings.LORAHUB_NODE_DRAIN_TIMEOUT_S,
+            on_begin=self._engine_changed.set,
+        )
+        self._engine_start: asyncio.Future | None = None  # the engine's start, in a thread
 
     # --- the node registry ---------------------------------------------------------------
 
@@ -155,6 +165,8 @@ class Node:
         )
 
     def engine_state(self) -> str:
+        if self.drain.draining:
+            return "draining"
         return "ready" if self.engine.is_ready else self.engine.info().state
 
     async def _heartbeat(self) -> None:
@@ -194,15 +206,25 @@ class Node:
         )
 
     async def stop(self) -> None:
+        self.engine.closing = True  # an engine still starting shuts down as soon as it is up
         await self.background.cancel_all()
         try:
             await offload.run(node_registry.deregister, self.name, started_at=self.started_at)
         except Exception:
             logger.warning("could not mark this node stopped in the registry", exc_info=True)
+        if self._engine_start is not None and not self._engine_start.done():
+            # Stopped while vLLM starts: its thread cannot be interrupted, and leaving it would
+            # leave the engine core it is spawning without a parent. Wait for it (bounded).
+            logger.warning("stopping while the engine starts; waiting for it to come up first")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._engine_start), timeout=120)
         # On the loop's thread, so vLLM cancels its output handler before the core exits.
         self.engine.shutdown()
         download.stop()
         await offload.run(self.stats.stop)
+        # Whatever the node started and is still there (an engine whose start timed out
+        # above, its workers, vLLM's helpers) ends with it.
+        await offload.run(lifeline.end_descendants)
 
     async def _start_engine(self) -> None:
         try:
@@ -219,7 +241,8 @@ class Node:
         except Exception:
             logger.exception("the download worker did not start; cold loads will retry it")
         try:
-            await offload.run(self.engine.start)
+            self._engine_start = asyncio.ensure_future(offload.run(self.engine.start))
+            await asyncio.shield(self._engine_start)
             await self.engine.list_adapters()  # attaches vLLM's output handler to this loop
         except Exception:
             logger.exception("the vLLM engine failed to start")
@@ -263,10 +286,10 @@ class Node:
 
     async def healthz(self, request: Request) -> Response:
         info = self.engine.info()
-        ready = self.engine.is_ready
+        ready = self.engine.is_ready and not self.drain.draining
         body = {
-            "status": "ok" if ready else info.state,
-            "engine": "ready" if ready else info.state,
+            "status": "ok" if ready else ("draining" if self.drain.draining else info.state),
+            "engine": "ready" if self.engine.is_ready else info.state,
             "node": self.name,
             "base_model": info.served_model_name,
             "base_model_revision": info.base_model_revision,
@@ -331,6 +354,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/test-seams/faults", internal.test_seam_faults, methods=["POST"]),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(node.drain.middleware)],
     )
     app.state.node = node
     return app

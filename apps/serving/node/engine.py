@@ -165,6 +165,9 @@ class Engine:
         self._front: Any = None  # vllm_front.Front: vLLM's OpenAI serving classes
         self.state = "stopped"
         self.startup_seconds: float | None = None
+        # Set when the node stops: an engine that comes up after that is shut down at once,
+        # not left running for a node that is gone.
+        self.closing = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -215,6 +218,8 @@ class Engine:
             self._front = vllm_front.Front(
                 self._llm, served_model_name=s.served_model_name, model_dir=s.model_dir
             )
+            if self.closing:
+                raise EngineNotReady("the node stopped while its engine started")
         except Exception:
             if self._llm is not None:
                 self._llm.shutdown()

@@ -145,4 +145,9 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nstopping console, worker, nodes and router...")
         finally:
-            supervisor.stop_all()
+            # a node drains before it stops (LORAHUB_NODE_DRAIN_*): give it that long
+            supervisor.stop_all(
+                grace_s=settings.LORAHUB_NODE_DRAIN_LEAVE_S
+                + settings.LORAHUB_NODE_DRAIN_TIMEOUT_S
+                + 30
+            )
