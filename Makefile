@@ -26,7 +26,7 @@ CP_VENV := .venv-control-plane
 CP_PY := $(CP_VENV)/bin/python
 CP_STAMP := $(CP_VENV)/.installed
 
-.PHONY: run test test-serial test-control-plane test-control-plane-only install services lint demo haproxy
+.PHONY: run test test-serial test-control-plane test-control-plane-only test-deploy install services lint demo haproxy lock
 
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -59,6 +59,16 @@ test: $(STAMP) $(CP_STAMP) services demo
 test-serial: $(STAMP) $(CP_STAMP) services demo
 	@$(MAKE) --no-print-directory test-control-plane-only
 	$(call pytest_half,$(PY),$(ENGINE_TESTS))
+
+# deploy/ alone (`make test` runs it last): builds the images (podman's layer cache makes a
+# second build take seconds), brings the compose stack up with the demo model and drives it
+# (tests/deploy/); installs podman, runc and debootstrap with apt-get when missing.
+test-deploy: $(CP_STAMP) services demo
+	$(TEST_ENV) $(CP_PY) -m pytest -m deploy -s $(PYTEST_ARGS)
+
+# The committed locks the images and `make install` install from (tools/lock.py).
+lock: $(STAMP)
+	$(PY) tools/lock.py
 
 # The demo assets are built (with torch) by the main virtualenv; the control plane only reads them.
 test-control-plane: $(CP_STAMP) services demo
@@ -95,7 +105,7 @@ install: $(STAMP)
 # tests drive it against the live API; tests/client/test_install.py also installs it alone.
 CPU_PACKAGES := -e ".[cpu,demo,dev]" -e ./client
 GPU_PACKAGES := -e ".[gpu,demo,dev]" -e ./client
-CP_PACKAGES := -e ".[dev]" -e ./client
+CP_PACKAGES := -e ".[dev,deploy]" -e ./client
 install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_install.py $(1) $(2); } || \
 	{ echo "installing with pip"; $(1) -m pip install --quiet --upgrade pip && \
 	$(1) -m pip install --quiet --no-compile $(2); }

@@ -67,7 +67,32 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 VAR_DIR = env_path("LORAHUB_VAR_DIR", BASE_DIR / "var")
 DEBUG = env_bool("LORAHUB_DEBUG", False)
+# The images set LORAHUB_PRODUCTION=1 (deploy/): every outside service must then be named, the
+# embedded defaults (SQLite, a local folder for S3, a key generated per checkout) are refused,
+# and the console's transport security is on (see "production" below).
+PRODUCTION = env_bool("LORAHUB_PRODUCTION", False)
+PRODUCTION_REQUIRED = {
+    "LORAHUB_SECRET_KEY": "the key that signs console sessions; 50+ random characters",
+    "LORAHUB_ALLOWED_HOSTS": "the host names the console answers to, comma-separated",
+    "DATABASE_URL": "PostgreSQL, e.g. postgres://lorahub:secret@db:5432/lorahub",
+    "CELERY_BROKER_URL": "Redis, e.g. redis://redis:6379/0",
+    "LORAHUB_S3_ENDPOINT": "the S3-compatible store, e.g. http://minio:9000",
+    "LORAHUB_INTERNAL_TOKEN": "the token the console and HAProxy's checks use on nodes",
+}
+if PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured("LORAHUB_DEBUG must be off when LORAHUB_PRODUCTION=1")
+    for _name, _what in PRODUCTION_REQUIRED.items():
+        if not os.environ.get(_name, "").strip():
+            raise ImproperlyConfigured(
+                f"{_name} must be set when LORAHUB_PRODUCTION=1 (the images set it): {_what}"
+            )
 SECRET_KEY = env_str("LORAHUB_SECRET_KEY")
+if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+    raise ImproperlyConfigured(
+        "LORAHUB_SECRET_KEY is too weak: use 50 or more random characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 if not SECRET_KEY:
     if not DEBUG and env_bool("LORAHUB_REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("LORAHUB_SECRET_KEY must be set in production")
@@ -103,6 +128,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz for probes, before the host and HTTPS checks (lorahub/health.py)
+    "lorahub.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -185,7 +212,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# The images collect static files at build time into a folder of the image (read-only).
+STATIC_ROOT = env_path("LORAHUB_STATIC_ROOT", VAR_DIR / "staticfiles")
 # Serve static files from the app folders too, so the console works before collectstatic.
 WHITENOISE_USE_FINDERS = True
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
@@ -198,6 +226,18 @@ import plotly as _plotly  # noqa: E402
 STATICFILES_DIRS.append(("plotly", Path(_plotly.__file__).resolve().parent / "package_data"))
 
 # --- console security ---------------------------------------------------------------------------
+# In production (LORAHUB_PRODUCTION=1) the console sits behind a TLS-terminating proxy or
+# ingress that says X-Forwarded-Proto: plain-HTTP requests are redirected to HTTPS and browsers
+# told to stay there (HSTS). /healthz answers before this (lorahub/health.py).
+if env_bool("LORAHUB_TRUST_FORWARDED_PROTO", PRODUCTION):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("LORAHUB_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = env_int("LORAHUB_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("LORAHUB_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+# Preloading is a commitment an operator makes for a whole domain (hstspreload.org), not one
+# an application can make for it: off unless asked, and check --deploy's reminder silenced.
+SECURE_HSTS_PRELOAD = env_bool("LORAHUB_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
 # Cookies are Secure outside debug (browsers accept Secure cookies from http://127.0.0.1 and
 # localhost, so `make run` still signs in); LORAHUB_SECURE_COOKIES=0 turns that off behind a
 # TLS-terminating proxy that speaks plain HTTP to us on another host name.

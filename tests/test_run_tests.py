@@ -43,6 +43,7 @@ def test_tests_go_where_their_markers_say():
     assert selecting({"engine", "own_nodes", "faults"}) == ["drills and engine"]
     assert selecting({"engine", "browser", "outage"}) == ["outages engine"]
     assert selecting(set()) == ["control plane"]
+    assert selecting({"deploy"}) == ["deploy"]
 
 
 def test_lanes_that_run_at_once_share_no_database_redis_database_or_log():

@@ -74,9 +74,16 @@ def render(
     balance_factor: int | None = None,
     check_interval_ms: int = 1000,
     stats_socket: str = "",
+    dns: bool = False,
 ) -> str:
     """The whole ``haproxy.cfg``. ``bind`` takes tenants' requests; ``internal_bind`` takes
-    the control plane's calls to ``/internal/*`` and must stay on a private interface."""
+    the control plane's calls to ``/internal/*`` and must stay on a private interface.
+
+    ``dns``: the nodes' host names are resolved while HAProxy runs (the name servers of
+    ``/etc/resolv.conf``), not once at start: a node whose name does not resolve yet is down,
+    not an error, and takes traffic once it resolves and passes its checks. For nodes with
+    stable names that come and go (compose services, a StatefulSet's pods): render once for
+    every name there may be, and no one edits the configuration when nodes join or leave."""
     factor = balance_factor if balance_factor is not None else default_factor(len(backends))
     if factor and factor <= 100:
         raise ValueError("the balance factor is a percentage above 100 (e.g. 150), or 0 for none")
@@ -88,6 +95,17 @@ def render(
     if not servers:
         servers = ["    # no node registered yet: start one, then re-render and reload"]
     stats = f"    stats socket {stats_socket} mode 600 level admin\n" if stats_socket else ""
+    resolvers = (
+        "resolvers dns\n"
+        "    parse-resolv-conf\n"
+        "    hold valid 5s\n"
+        "    hold nx 2s\n"
+        "    hold obsolete 2s\n\n"
+        if dns
+        else ""
+    )
+    # a name that does not resolve at start: the server waits, down, for the resolver
+    resolve = " resolvers dns init-addr last,libc,none resolve-prefer ipv4" if dns else ""
     return f"""\
 # lorahub: adapter-affinity routing over {len(backends)} serving node(s).
 # Rendered by `manage.py haproxy_config`; re-render and reload HAProxy after adding a node.
@@ -129,12 +147,12 @@ frontend internal
     http-request set-var(txn.route) req.hdr(x-lorahub-route)
     default_backend nodes
 
-backend nodes
+{resolvers}backend nodes
     balance hash var(txn.route)
     hash-type consistent sdbm avalanche
     hash-balance-factor {factor}
     option httpchk GET /healthz
     http-check expect status 200
-    default-server check inter {check_interval_ms}ms fall 2 rise 2
+    default-server check inter {check_interval_ms}ms fall 2 rise 2{resolve}
 {chr(10).join(servers)}
 """

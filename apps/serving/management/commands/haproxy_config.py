@@ -31,9 +31,29 @@ class Command(BaseCommand):
         )
         parser.add_argument("--check-interval-ms", type=int, default=1000)
         parser.add_argument("--stats-socket", default="", help="HAProxy's runtime API socket")
+        parser.add_argument(
+            "--node",
+            action="append",
+            default=[],
+            metavar="NAME=URL",
+            help="a node to route to, instead of the registry's (repeat for each node)",
+        )
+        parser.add_argument(
+            "--dns",
+            action="store_true",
+            help="resolve the nodes' host names while HAProxy runs: nodes with stable names "
+            "(compose services, StatefulSet pods) join and leave with no new configuration",
+        )
 
-    def handle(self, *args, output: Path | None, **options) -> None:
-        backends = [haproxy.Backend(node.name, node.url) for node in node_registry.routable()]
+    def handle(self, *args, output: Path | None, node: list[str], **options) -> None:
+        backends = []
+        for entry in node:
+            name, _, url = entry.partition("=")
+            if not name or not url:
+                raise CommandError(f"--node {entry!r} must look like name=http://host:port")
+            backends.append(haproxy.Backend(name, url))
+        if not node:
+            backends = [haproxy.Backend(n.name, n.url) for n in node_registry.routable()]
         try:
             text = haproxy.render(
                 backends,
@@ -42,6 +62,7 @@ class Command(BaseCommand):
                 balance_factor=options["balance_factor"],
                 check_interval_ms=options["check_interval_ms"],
                 stats_socket=options["stats_socket"],
+                dns=options["dns"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
