@@ -23,6 +23,8 @@ export PYTHONPYCACHEPREFIX := $(CURDIR)/var/pycache
 # The control plane without the engine (issue 13): its own virtualenv with neither vLLM nor
 # torch, running every test that is not marked engine or browser.
 CP_VENV := .venv-control-plane
+# the committed locks (tools/lock.py) that the images and both virtualenvs install from
+LOCKS := deploy/requirements
 CP_PY := $(CP_VENV)/bin/python
 CP_STAMP := $(CP_VENV)/.installed
 
@@ -78,7 +80,7 @@ test-control-plane-only:
 	@$(NO_ENGINE_IN_CP)
 	$(call pytest_half,$(CP_PY),$(CP_TESTS))
 
-$(CP_STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py
+$(CP_STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py $(LOCKS)/control-plane.txt
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(CP_PY) || $(PYTHON) -m venv $(CP_VENV)
 	$(call install_packages,$(CP_PY),$(CP_PACKAGES))
@@ -103,9 +105,11 @@ install: $(STAMP)
 # $(call install_packages,PYTHON,REQUIREMENTS); the requirements are variables, for their commas
 # The tenant's client (client/, its own distribution) is installed beside the platform so the
 # tests drive it against the live API; tests/client/test_install.py also installs it alone.
-CPU_PACKAGES := -e ".[cpu,demo,dev]" -e ./client
-GPU_PACKAGES := -e ".[gpu,demo,dev]" -e ./client
-CP_PACKAGES := -e ".[dev,deploy]" -e ./client
+# Each takes the committed lock of its flavour as constraints (`make lock`, tools/lock.py): the
+# images install exactly those files, so a checkout and an image run the same versions.
+CPU_PACKAGES := -c $(LOCKS)/node-cpu.txt -e ".[cpu,demo,dev]" -e ./client
+GPU_PACKAGES := -c $(LOCKS)/node-cuda.txt -e ".[gpu,demo,dev]" -e ./client
+CP_PACKAGES := -c $(LOCKS)/control-plane.txt -e ".[dev,deploy]" -e ./client
 install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_install.py $(1) $(2); } || \
 	{ echo "installing with pip"; $(1) -m pip install --quiet --upgrade pip && \
 	$(1) -m pip install --quiet --no-compile $(2); }
@@ -117,7 +121,7 @@ install_packages = { $(1) -m pip install --quiet "uv>=0.4" && $(1) tools/uv_inst
 # vLLM also needs the ninja build tool, whose wheel writes ninja/__init__.py too: the module of
 # django-ninja, which the REST API is built on. django-ninja is installed again, last, so that
 # its files are the ones that stay (pip's install order happened to leave them; uv's did not).
-$(STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py
+$(STAMP): pyproject.toml client/pyproject.toml tools/uv_install.py $(LOCKS)/node-cpu.txt
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found: install Python 3.11" >&2; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \

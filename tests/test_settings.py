@@ -3,6 +3,11 @@ the variable or key and say what to do."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -121,3 +126,58 @@ def test_loads_at_once_are_at_most_a_quarter_of_the_host_slots(warm, asked, at_o
         }
     )
     assert config.adapter_cache.loads_at_once == at_once
+
+
+# --- production (LORAHUB_PRODUCTION=1, set by the images) ---------------------------------------
+
+PRODUCTION_ENV = {
+    "LORAHUB_PRODUCTION": "1",
+    "LORAHUB_SECRET_KEY": "k" * 30 + "-production-secret-key-0123456789",
+    "LORAHUB_ALLOWED_HOSTS": "lorahub.example.com",
+    "DATABASE_URL": "postgres://lorahub:secret@db.example.com:5432/lorahub",
+    "CELERY_BROKER_URL": "redis://redis.example.com:6379/0",
+    "LORAHUB_S3_ENDPOINT": "http://minio.example.com:9000",
+    "LORAHUB_INTERNAL_TOKEN": "an-internal-token",
+}
+
+
+def manage(*args: str, env: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LORAHUB_", "DATABASE_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=Path(lorahub_settings.BASE_DIR),
+        env={**clean, "LORAHUB_VAR_DIR": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_check_deploy_is_clean_under_the_production_settings(tmp_path):
+    checked = manage(
+        "check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION_ENV, tmp_path=tmp_path
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "no issues" in checked.stdout
+
+
+@pytest.mark.parametrize("missing", sorted(lorahub_settings.PRODUCTION_REQUIRED))
+def test_a_missing_production_setting_stops_start_up_naming_it(missing, tmp_path):
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != missing}
+    checked = manage("check", env=env, tmp_path=tmp_path)
+    assert checked.returncode != 0
+    assert f"{missing} must be set when LORAHUB_PRODUCTION=1" in checked.stderr
+    assert not (tmp_path / "secret_key").exists()  # no embedded default was made instead
+
+
+def test_a_weak_production_secret_key_is_refused(tmp_path):
+    checked = manage(
+        "check", env={**PRODUCTION_ENV, "LORAHUB_SECRET_KEY": "replace-me"}, tmp_path=tmp_path
+    )
+    assert checked.returncode != 0
+    assert "LORAHUB_SECRET_KEY is too weak" in checked.stderr
+
+
+def test_the_embedded_default_needs_none_of_them(tmp_path):
+    checked = manage("check", env={}, tmp_path=tmp_path)
+    assert checked.returncode == 0, checked.stderr

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import uv_install  # noqa: E402
+import uv_install
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKS = {

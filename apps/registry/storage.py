@@ -15,7 +15,6 @@ escape the store's namespace, so a caller-supplied string never becomes a path.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import re
 import tempfile

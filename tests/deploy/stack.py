@@ -136,7 +136,8 @@ def prepare_build_context() -> None:
     for crt in Path("/usr/local/share/ca-certificates").glob("*.crt"):
         shutil.copy(crt, DEPLOY / "ca-certificates" / crt.name)
     lock = (DEPLOY / "requirements" / "node-cpu.txt").read_text()
-    version = next(line.split("==")[1].split()[0] for line in lock.splitlines() if line.startswith("torch=="))
+    torch = next(line for line in lock.splitlines() if line.startswith("torch=="))
+    version = torch.split("==")[1].split()[0]
     links = run(sys.executable, "-m", "pip", "config", "list", check=False)
     folders = [Path("/opt/wheels")] + [
         Path(item.strip("'\"")) for line in links.splitlines() if "find-links" in line
@@ -156,12 +157,10 @@ def build_images() -> None:
     prepare_build_context()
     for name, (tag, containerfile) in IMAGES.items():
         extra = ["--build-arg", "TORCH_INDEX="] if name == "node" else []
+        command = ["podman", "build", "--network", "host", "-f", containerfile, "-t", tag]
         timed(
             f"build {name}",
-            lambda tag=tag, containerfile=containerfile, extra=extra: run(
-                "podman", "build", "--network", "host", "-f", containerfile, "-t", tag,
-                *extra, ".", cwd=ROOT, timeout=1800,
-            ),  # fmt: skip
+            lambda command=command + extra: run(*command, ".", cwd=ROOT, timeout=1800),
         )
         FIGURES[f"size {name}"] = image_size(tag)
 
@@ -193,8 +192,14 @@ class Stack:
         return f"http://127.0.0.1:{self.prometheus_port}"
 
     def write_env(self) -> None:
-        demo_model = ROOT / "var" / "demo" / "base-model"
-        assert demo_model.is_dir(), "the demo model is missing: `make demo` builds it"
+        built = ROOT / "var" / "demo" / "base-model"
+        assert built.is_dir(), "the demo model is missing: `make demo` builds it"
+        # readable by the images' user (uid 10001), as an operator's model folder must be
+        demo_model = WORK / "base-model"
+        shutil.rmtree(demo_model, ignore_errors=True)
+        shutil.copytree(built, demo_model)
+        for path in [demo_model, *demo_model.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         values = {
             "LORAHUB_SECRET_KEY": secrets.token_urlsafe(50),
             "LORAHUB_INTERNAL_TOKEN": self.internal_token,

@@ -390,7 +390,9 @@ def test_a_rolling_restart_under_streaming_load_loses_no_request(world, operator
     def keep_streaming(seed: int) -> list[dict]:
         ended = []
         while not stop_streaming:
-            ended.append(stream_completion(router.url, key, prompt=PROMPT, max_tokens=48, seed=seed))
+            ended.append(
+                stream_completion(router.url, key, prompt=PROMPT, max_tokens=48, seed=seed)
+            )
             served[ended[-1]["node"]] += 1
         return ended
 
@@ -405,9 +407,9 @@ def test_a_rolling_restart_under_streaming_load_loses_no_request(world, operator
                 assert engine, f"{node.name} runs no engine process"
                 node.proc.terminate()  # SIGTERM: what podman stop and Kubernetes send
                 health = wait_until(
-                    lambda n=node: (r := httpx.get(f"{n.url}/healthz", timeout=5)).status_code
-                    == 503
-                    and r,
+                    lambda n=node: (
+                        (r := httpx.get(f"{n.url}/healthz", timeout=5)).status_code == 503 and r
+                    ),
                     f"{node.name}'s readiness to fail",
                     timeout=5,
                     every=0.02,

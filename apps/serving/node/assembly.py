@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
@@ -26,16 +28,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from apps.registry import keys
+from apps.registry import services as registry_services
 from apps.registry.storage import get_store
 from apps.serving import node_registry, offload
 from apps.serving.cache import download
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
+from apps.serving.node import lifeline
 from apps.serving.node.admission import Admission
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.changes import ChangeFollower
-from apps.serving.node import lifeline
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.drain import Drain
 from apps.serving.node.engine import Engine, EngineSettings
@@ -226,7 +229,23 @@ class Node:
         # above, its workers, vLLM's helpers) ends with it.
         await offload.run(lifeline.end_descendants)
 
+    def _register_base_model(self) -> None:
+        """Record the base model this node serves in the registry, whose validation accepts
+        adapters only for base models the platform serves: a deployment's first node is what
+        lets its tenants upload (``make run`` and the tests also seed it themselves)."""
+        engine = self.engine.settings
+        registry_services.register_base_model(
+            name=engine.served_model_name,
+            revision=engine.base_model_revision,
+            model_config=json.loads((Path(engine.model_dir) / "config.json").read_text()),
+            max_lora_rank=engine.max_lora_rank,
+        )
+
     async def _start_engine(self) -> None:
+        try:
+            await offload.run(self._register_base_model)
+        except Exception:
+            logger.warning("could not record this node's base model in the registry", exc_info=True)
         try:
             kept = await offload.run(lambda: self.cache.disk.rebuild(keys.published_public_keys()))
             self.cache.adopt(kept)

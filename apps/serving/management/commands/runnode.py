@@ -54,6 +54,7 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.drain = drain
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task | None = None
 
     async def startup(self, sockets=None) -> None:
         self.loop = asyncio.get_running_loop()
@@ -68,7 +69,7 @@ class DrainingServer(uvicorn.Server):
 
     def _begin_drain(self) -> None:
         self.drain.begin()
-        asyncio.ensure_future(self._stop_when_drained())
+        self._drain_task = asyncio.ensure_future(self._stop_when_drained())
 
     async def _stop_when_drained(self) -> None:
         await self.drain.wait()
