@@ -10,6 +10,7 @@ HAProxy, Prometheus) are stand-ins built from Debian's packages and PyPI, chosen
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -151,18 +152,22 @@ def prepare_build_context() -> None:
 
 
 def build_images() -> None:
+    """The three images at once: their builds wait on downloads more than on the CPU."""
     ensure_podman()
     WORK.mkdir(parents=True, exist_ok=True)
     timed("base image", build_base_image)
     prepare_build_context()
-    for name, (tag, containerfile) in IMAGES.items():
+
+    def build(name: str) -> None:
+        tag, containerfile = IMAGES[name]
         extra = ["--build-arg", "TORCH_INDEX="] if name == "node" else []
         command = ["podman", "build", "--network", "host", "-f", containerfile, "-t", tag]
-        timed(
-            f"build {name}",
-            lambda command=command + extra: run(*command, ".", cwd=ROOT, timeout=1800),
-        )
+        timed(f"build {name}", lambda: run(*command, *extra, ".", cwd=ROOT, timeout=1800))
         FIGURES[f"size {name}"] = image_size(tag)
+
+    with concurrent.futures.ThreadPoolExecutor(len(IMAGES)) as pool:
+        for done in [pool.submit(build, name) for name in IMAGES]:
+            done.result()
 
 
 def image_size(tag: str) -> str:
@@ -170,6 +175,18 @@ def image_size(tag: str) -> str:
 
 
 # --- the stack ------------------------------------------------------------------------------
+
+
+def process_tree(root: int) -> str:
+    """``ps`` lines of ``root`` and everything below it (a container's processes, seen from
+    the host)."""
+    lines = run("ps", "-e", "-o", "pid=,ppid=,stat=,etime=,args=", check=False).splitlines()
+    rows = {int(line.split()[0]): (int(line.split()[1]), line) for line in lines if line.strip()}
+    tree, level = [root], [root]
+    while level:
+        level = [pid for pid, (ppid, _) in rows.items() if ppid in level]
+        tree += level
+    return "\n".join(rows[pid][1][:200] for pid in tree if pid in rows)
 
 
 @dataclass
@@ -250,9 +267,33 @@ class Stack:
         )
         return done.returncode == 0
 
-    def logs(self, service: str, lines: int = 40) -> str:
+    def stop_service(self, service: str, timeout_s: int = 90) -> float:
+        """``podman stop`` (SIGTERM, SIGKILL after ``timeout_s``); the seconds it took. If the
+        container outlives the SIGTERM, the error lists what was still running in it."""
+        container = self.container(service)
+        host_pid = run("podman", "inspect", container, "--format", "{{.State.Pid}}").strip()
+        started = time.monotonic()
+        stopping = subprocess.Popen(
+            ["podman", "stop", "-t", str(timeout_s), container],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        seen: list[str] = []
+        while stopping.poll() is None:
+            if time.monotonic() - started > timeout_s - 15:
+                seen.append(process_tree(int(host_pid)))
+            time.sleep(5)
+        if stopping.returncode:
+            raise RuntimeError(
+                f"podman stop {container}: {stopping.stdout.read()}; still running:\n"
+                + "\n".join(seen[-2:])
+            )
+        return time.monotonic() - started
+
+    def logs_of(self, container: str, lines: int = 40) -> str:
         return subprocess.run(
-            ["podman", "logs", "--tail", str(lines), self.container(service)],
+            ["podman", "logs", "--tail", str(lines), container],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -272,6 +313,11 @@ def stack_up() -> Iterator[Stack]:
         FIGURES["compose up returned"] = round(time.monotonic() - started, 1)
         yield stack
     finally:
+        logs = WORK / "logs"
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir()
+        for name in stack.containers():  # what each part said, for a failure's reader
+            (logs / f"{name}.log").write_text(stack.logs_of(name, lines=5000))
         stack.compose("down", "-v")
         FIGURES["left after down"] = stack.containers()
         (WORK / "figures.json").write_text(json.dumps(FIGURES, indent=2))
