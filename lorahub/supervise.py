@@ -66,6 +66,23 @@ def _die_with_supervisor(supervisor_pid: int) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def live_processes() -> dict[int, tuple[int, int]]:
+    """Every live (not zombie) process, read from /proc: pid -> (parent pid, process group)."""
+    found: dict[int, tuple[int, int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            found[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return found
+
+
 def group_alive(pgid: int) -> bool:
     """Whether a live process (not a zombie) is left in the process group ``pgid``.
 
@@ -81,18 +98,7 @@ def group_alive(pgid: int) -> bool:
         except PermissionError:  # a member we may not signal is still a member
             return True
         return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended while we looked
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return any(group == pgid for _, group in live_processes().values())
 
 
 def signal_group(pgid: int, signum: int) -> None:

@@ -142,7 +142,11 @@ PRODUCTION_ENV = {
 
 
 def manage(*args: str, env: dict[str, str], tmp_path) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LORAHUB_", "DATABASE_"))}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LORAHUB_", "DATABASE_", "CELERY_"))
+    }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=Path(lorahub_settings.BASE_DIR),

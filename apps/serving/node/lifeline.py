@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from lorahub.supervise import live_processes
+
 logger = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -38,29 +40,12 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid for every live (not zombie) process."""
-    found: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended while we looked
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            found[int(entry.name)] = int(fields[1])
-    return found
-
-
 def descendants(pid: int | None = None) -> list[int]:
     """Live processes below ``pid`` (default: this one), children first."""
     if not Path("/proc").is_dir():
         return []
     root = os.getpid() if pid is None else pid
-    parents = _parents()
+    parents = {pid: parent for pid, (parent, _) in live_processes().items()}
     below: list[int] = []
     level = [root]
     while level:
