@@ -145,7 +145,9 @@ def manage(*args: str, env: dict[str, str], tmp_path) -> subprocess.CompletedPro
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("LORAHUB_", "DATABASE_", "CELERY_"))
+        # the lane's own settings, and the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE (which
+        # check --deploy rightly refuses in production)
+        if not k.startswith(("LORAHUB_", "DATABASE_", "CELERY_", "DJANGO_ALLOW_ASYNC"))
     }
     return subprocess.run(
         [sys.executable, "manage.py", *args],
