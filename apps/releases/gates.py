@@ -113,18 +113,21 @@ def shadowing(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], 
             (live.error_rate or 0.0) + plan.shadow_max_error_increase,
             f"live {live.error_rate or 0:.3f} + δ" if enough else waiting,
         ),
-        compare(
-            "shadow TTFT ratio (means)",
-            shadow.ttft_ms / shadow.live_ttft_ms
-            if enough and shadow.ttft_ms and shadow.live_ttft_ms
-            else None,
-            "<=",
-            plan.shadow_max_ttft_ratio,
-            f"{shadow.ttft_ms or 0:.0f} ms against live {shadow.live_ttft_ms or 0:.0f} ms"
-            if enough
-            else waiting,
-        ),
     ]
+    if plan.shadow_max_ttft_ratio is not None:
+        gates.append(
+            compare(
+                "shadow TTFT ratio (means)",
+                shadow.ttft_ms / shadow.live_ttft_ms
+                if enough and shadow.ttft_ms and shadow.live_ttft_ms
+                else None,
+                "<=",
+                plan.shadow_max_ttft_ratio,
+                f"{shadow.ttft_ms or 0:.0f} ms against live {shadow.live_ttft_ms or 0:.0f} ms"
+                if enough
+                else waiting,
+            )
+        )
     dwell_over = (now - since).total_seconds() >= plan.shadow_duration_s
     return gates, conclude(gates, dwell_over=dwell_over)
 
@@ -152,17 +155,6 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
             f"baseline {baseline.error_rate or 0:.3f} + δ" if enough else waiting,
         ),
         compare(
-            "canary TTFT p95 ratio",
-            candidate.ttft_p95_ms / baseline.ttft_p95_ms
-            if enough and candidate.ttft_p95_ms and baseline.ttft_p95_ms
-            else None,
-            "<=",
-            plan.canary_max_ttft_ratio,
-            f"{candidate.ttft_p95_ms or 0:.0f} ms against {baseline.ttft_p95_ms or 0:.0f} ms"
-            if enough
-            else waiting,
-        ),
-        compare(
             "canary quality markers",
             candidate.marker_rate if enough else None,
             "<=",
@@ -173,6 +165,21 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
             else waiting,
         ),
     ]
+    if plan.canary_max_ttft_ratio is not None:
+        gates.insert(
+            2,
+            compare(
+                "canary TTFT p95 ratio",
+                candidate.ttft_p95_ms / baseline.ttft_p95_ms
+                if enough and candidate.ttft_p95_ms and baseline.ttft_p95_ms
+                else None,
+                "<=",
+                plan.canary_max_ttft_ratio,
+                f"{candidate.ttft_p95_ms or 0:.0f} ms against {baseline.ttft_p95_ms or 0:.0f} ms"
+                if enough
+                else waiting,
+            ),
+        )
     dwell_over = (now - release.step_started_at).total_seconds() >= step.dwell_s
     return gates, conclude(gates, dwell_over=dwell_over)
 

@@ -42,11 +42,13 @@ class Plan(BaseModel):
     shadow_min_comparisons: int = Field(20, ge=1, le=10_000_000)
     shadow_min_agreement: float = Field(0.5, ge=0, le=1)  # share of identical answers
     shadow_max_error_increase: float = Field(0.01, ge=0, le=1)  # over the live error rate
-    shadow_max_ttft_ratio: float = Field(1.5, gt=0, le=100)  # shadow mean TTFT / live mean
+    # the TTFT gates; None turns one off (a baseline whose TTFT is a few milliseconds makes any
+    # adapter load a large ratio)
+    shadow_max_ttft_ratio: float | None = Field(1.5, gt=0, le=100)  # shadow mean TTFT / live mean
     # canary steps, then promote
     canary_steps: list[CanaryStep] = Field(default_factory=default_steps, min_length=1)
     canary_max_error_increase: float = Field(0.01, ge=0, le=1)
-    canary_max_ttft_ratio: float = Field(1.5, gt=0, le=100)  # candidate p95 / baseline p95
+    canary_max_ttft_ratio: float | None = Field(1.5, gt=0, le=100)  # candidate / baseline p95
     canary_max_marker_increase: float = Field(0.05, ge=0, le=1)  # cut, empty, refused, bad JSON
 
     @model_validator(mode="after")

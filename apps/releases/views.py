@@ -40,6 +40,8 @@ NUMBER_FIELDS = (
     ("canary_max_ttft_ratio", float),
     ("canary_max_marker_increase", float),
 )
+# gates that "off" turns off
+OPTIONAL_FIELDS = {"canary_max_ttft_ratio"}
 
 
 def plan_from_form(post: Any) -> dict[str, Any]:
@@ -48,11 +50,15 @@ def plan_from_form(post: Any) -> dict[str, Any]:
     errors = {}
     for name, kind in NUMBER_FIELDS:
         raw = (post.get(name) or "").strip()
-        if raw:
+        if raw.lower() == "off" and name in OPTIONAL_FIELDS:
+            plan[name] = None
+        elif raw:
             try:
                 plan[name] = kind(raw)
             except ValueError:
-                errors[name] = f"'{raw}' is not a {'whole ' if kind is int else ''}number"
+                errors[name] = f"'{raw}' is not a {'whole ' if kind is int else ''}number" + (
+                    ", or off" if name in OPTIONAL_FIELDS else ""
+                )
     plan["evaluation_sets"] = post.getlist("evaluation_sets")
     try:
         dwell = int(post.get("dwell_s") or 300)

@@ -23,10 +23,11 @@ pytestmark = pytest.mark.engine
 V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 # Not pre-warmed, the candidate's first canary request loads it from disk: against a warm
 # baseline its TTFT p95 over a handful of requests can exceed the default 1.5 ratio, and the
-# release rolls back on TTFT (seen in CI, at 1.5 and at 10: 608 ms against 49 ms). These
+# release rolls back on TTFT (seen in CI, at 1.5, at 10: 608 ms against 49 ms, and at 100,
+# the most a plan accepts, while a new worker started on the 2 cores: ratio 187). These
 # drills are about control flow under faults; the TTFT gate's verdicts have their own tests in
-# tests/releases/test_rules.py. 100 is the most a plan accepts.
-TTFT_RATIO_OFF = 100
+# tests/releases/test_rules.py. The drills turn the gate off.
+TTFT_RATIO_OFF = None
 CANARY_ONLY = {
     "interval_s": 1,
     "failure_threshold": 2,

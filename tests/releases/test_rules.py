@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.http import QueryDict
 from django.test import Client
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.releases import services
 from apps.releases.models import Release, ReleaseEvent
 from apps.releases.plan import PlanError, build
+from apps.releases.views import plan_from_form
 from apps.serving.models import RequestLog
 from apps.tenants.auth import principal_for_user
 from apps.tenants.models import AuditEvent
@@ -255,6 +257,25 @@ def test_a_canary_slower_than_the_ratio_allows_fails_the_ttft_gate(alias, suppor
     gate = {g["gate"]: g for g in release.last_check["gates"]}["canary TTFT p95 ratio"]
     assert (gate["verdict"], gate["value"], gate["threshold"]) == ("fail", 1.6, 1.5)
     assert gate["detail"] == "160 ms against 100 ms"
+
+
+def test_a_plan_may_turn_the_ttft_gate_off(alias, support_versions, alice):
+    """null over the API, "off" in the console: no TTFT gate, the others still judge."""
+    form = QueryDict(mutable=True)
+    form.update({"canary_max_ttft_ratio": "Off", "canary_steps": "10"})
+    assert plan_from_form(form)["canary_max_ttft_ratio"] is None
+    form["canary_max_ttft_ratio"] = "fast"
+    with pytest.raises(PlanError) as refused:
+        plan_from_form(form)
+    assert refused.value.fields == {"canary_max_ttft_ratio": "'fast' is not a number, or off"}
+
+    release = start_v2(alice, alias, support_versions, {**FAST, "canary_max_ttft_ratio": None})
+    requests(alias, "v1", 50, ttft=10.0)
+    requests(alias, "v2", 6, ttft=5000.0)  # 500 × the baseline: no gate to fail
+    assert services.judge(release.pk) in ("hold", "advance")
+    release.refresh_from_db()
+    gates = [g["gate"] for g in release.last_check["gates"]]
+    assert gates == ["canary requests", "canary error rate", "canary quality markers"]
 
 
 def test_a_passing_check_resets_the_count_and_quality_markers_are_judged(
