@@ -271,7 +271,7 @@ def test_a_plan_may_turn_the_ttft_gate_off(alias, support_versions, alice):
 
     release = start_v2(alice, alias, support_versions, {**FAST, "canary_max_ttft_ratio": None})
     requests(alias, "v1", 50, ttft=10.0)
-    requests(alias, "v2", 6, ttft=5000.0)  # 500 × the baseline: no gate to fail
+    requests(alias, "v2", 6, ttft=5000.0)  # 500 times the baseline: no gate to fail
     assert services.judge(release.pk) in ("hold", "advance")
     release.refresh_from_db()
     gates = [g["gate"] for g in release.last_check["gates"]]
