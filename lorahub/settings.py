@@ -120,6 +120,11 @@ INSTALLED_APPS = [
     # django-ninja's Swagger UI files, served locally (no CDN: machines may have no internet)
     "ninja",
     "axes",
+    # the second factor's devices: TOTP, and single-use recovery codes (docs/security.md)
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
+    "mozilla_django_oidc",
     "apps.tenants",
     "apps.registry",
     "apps.serving",
@@ -137,6 +142,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # reviewers and operators without their second factor go to set it up (docs/security.md)
+    "apps.tenants.signin.SecondFactorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     # last, as django-axes asks: it turns a locked-out login into its lockout response
@@ -219,6 +226,7 @@ WHITENOISE_USE_FINDERS = True
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 # Plotly's JavaScript comes from the installed plotly package, never a CDN.
 import plotly as _plotly  # noqa: E402
@@ -284,6 +292,62 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+
+# --- sign-in: OpenID Connect, local passwords, the second factor (docs/security.md) -----------
+# OpenID Connect is on when an issuer is set: the console shows "Sign in with <name>" and takes
+# each user's roles from the provider's groups at every sign-in. The provider's endpoints come
+# from its discovery document; its keys from its key set (fetched again on an unknown key id).
+OIDC_ISSUER = env_str("LORAHUB_OIDC_ISSUER").rstrip("/")
+OIDC_NAME = env_str("LORAHUB_OIDC_NAME", "single sign-on")
+OIDC_RP_CLIENT_ID = env_str("LORAHUB_OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("LORAHUB_OIDC_CLIENT_SECRET")
+OIDC_RP_SCOPES = env_str("LORAHUB_OIDC_SCOPES", "openid email profile groups")
+OIDC_GROUPS_CLAIM = env_str("LORAHUB_OIDC_GROUPS_CLAIM", "groups")
+OIDC_USERNAME_CLAIM = env_str("LORAHUB_OIDC_USERNAME_CLAIM", "preferred_username")
+# group → role: "lorahub-operators=operator, lorahub-reviewers=reviewer, acme-admins=admin:acme,
+# acme-members=member:acme", or a YAML file of the same (LORAHUB_OIDC_ROLES_FILE)
+OIDC_ROLES = env_str("LORAHUB_OIDC_ROLES")
+OIDC_ROLES_FILE = env_str("LORAHUB_OIDC_ROLES_FILE")
+# which sign-ins count as a second factor: an `amr` value among these, or an `acr` among these
+OIDC_MFA_AMR = env_list("LORAHUB_OIDC_MFA_AMR", ["mfa", "otp", "hwk", "swk", "sc", "fpt"])
+OIDC_MFA_ACR = env_list("LORAHUB_OIDC_MFA_ACR", [])
+OIDC_TIMEOUT = env_int("LORAHUB_OIDC_TIMEOUT_S", 10, minimum=1)
+OIDC_CLOCK_SKEW_S = env_int("LORAHUB_OIDC_CLOCK_SKEW_S", 30, minimum=0)
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_STORE_ID_TOKEN = True  # the logout's id_token_hint
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_callback"
+if OIDC_ISSUER:
+    if not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+        raise ImproperlyConfigured(
+            "LORAHUB_OIDC_ISSUER is set: set LORAHUB_OIDC_CLIENT_ID and "
+            "LORAHUB_OIDC_CLIENT_SECRET too (the client registered with the provider)"
+        )
+    AUTHENTICATION_BACKENDS.append("apps.tenants.oidc.ProviderBackend")
+# Local passwords; off: only the break-glass account signs in with one (an outage of the
+# provider must not lock the platform team out)
+LOCAL_SIGN_IN = env_bool("LORAHUB_LOCAL_SIGN_IN", True)
+BREAK_GLASS_USER = env_str("LORAHUB_BREAK_GLASS_USER")
+if not LOCAL_SIGN_IN and not OIDC_ISSUER:
+    raise ImproperlyConfigured(
+        "LORAHUB_LOCAL_SIGN_IN=0 needs LORAHUB_OIDC_ISSUER: nobody but the break-glass "
+        "account could sign in"
+    )
+# Reviewers and operators need a second factor: TOTP for a password, the provider's amr/acr
+# for single sign-on. Approving or rejecting a version, lifting a quarantine, changing the
+# tiers' capacities and promoting or aborting a release are refused without one.
+REQUIRE_SECOND_FACTOR = env_bool("LORAHUB_REQUIRE_SECOND_FACTOR", PRODUCTION)
+if OIDC_ISSUER:
+    # sign-out is a form whose answer redirects to the provider's logout: browsers hold such
+    # redirects to the page's form-action
+    from urllib.parse import urlsplit as _urlsplit
+
+    _provider = _urlsplit(OIDC_ISSUER)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
+        f"{_provider.scheme}://{_provider.netloc}"
+    )
+OTP_TOTP_ISSUER = env_str("LORAHUB_TOTP_ISSUER", "lorahub")
 
 LOGGING = {
     "version": 1,

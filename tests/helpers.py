@@ -102,12 +102,22 @@ def approved_version(tenant, adapter_id: str, version: str, reviewer_user, *, ra
     validation, no worker, so a test of rules over versions (aliases, canaries) can run under
     ``db``. Its files are named and hashed but never stored; the reviewer's approval and the
     signature are the real services'. Full-pipeline publishing is ``publish``."""
+    from apps.tenants.auth import principal_for_user
+
+    pk = pending_version(tenant, adapter_id, version, rank=rank)
+    services.approve_version(
+        version_id=pk, principal=principal_for_user(reviewer_user, second_factor="test")
+    )
+    return pk
+
+
+def pending_version(tenant, adapter_id: str, version: str, *, rank: int = 8) -> int:
+    """A version row waiting for review, as validation leaves it (files named, not stored)."""
     import hashlib
 
     from apps.registry import signing
     from apps.registry.models import Adapter, AdapterVersion
     from apps.serving import demo_corpus as corpus
-    from apps.tenants.auth import principal_for_user
 
     adapter, _ = Adapter.objects.get_or_create(tenant=tenant, adapter_id=adapter_id)
     files = {
@@ -132,7 +142,6 @@ def approved_version(tenant, adapter_id: str, version: str, reviewer_user, *, ra
     )
     row.manifest_digest = signing.manifest_digest(row.manifest())
     row.save(update_fields=["manifest_digest"])
-    services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
     return row.pk
 
 

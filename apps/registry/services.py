@@ -409,6 +409,8 @@ def _version_for_review(version_id: int, principal: Principal) -> AdapterVersion
 @transaction.atomic
 def approve_version(*, version_id: int, principal: Principal, note: str = "") -> AdapterVersion:
     """Approve and sign: the signature covers the version's identity and every file's sha256."""
+    principal.require_reviewer()
+    principal.require_second_factor("approving a version")
     version = _version_for_review(version_id, principal)
     manifest = version.manifest()
     if signing.manifest_digest(manifest) != version.manifest_digest:
@@ -434,6 +436,8 @@ def approve_version(*, version_id: int, principal: Principal, note: str = "") ->
 def reject_version(*, version_id: int, principal: Principal, note: str) -> AdapterVersion:
     if not note.strip():
         raise Invalid("say why the version is rejected, so that the tenant can fix it")
+    principal.require_reviewer()
+    principal.require_second_factor("rejecting a version")
     version = _version_for_review(version_id, principal)
     _record_review(version, principal, VersionState.REJECTED, note)
     return version

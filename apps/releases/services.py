@@ -554,6 +554,7 @@ def resume(*, principal: Principal, release: Release) -> Release:
 
 def promote_now(*, principal: Principal, release: Release) -> Release:
     may_control(principal, release)
+    principal.require_second_factor("promoting a release")
     with transaction.atomic():
         release = _locked(release)
         if not release.is_active:
@@ -567,6 +568,7 @@ def abort(*, principal: Principal, release: Release, reason: str = "") -> Releas
     """Roll back by hand: the alias to the baseline alone; the worker then cools the candidate
     (``tasks.cool_release``), so the person pressing the button does not wait for the nodes."""
     may_control(principal, release)
+    principal.require_second_factor("aborting a release")
     started = time.time()
     with transaction.atomic():
         release = _locked(release)

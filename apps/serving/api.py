@@ -40,7 +40,7 @@ def put_cache_config(request: HttpRequest):
         raise Invalid(
             "the body is not valid JSON; send the configuration as a JSON object"
         ) from None
-    stored, needs_restart = config.set_config(data=data, actor=principal.user)
+    stored, needs_restart = config.set_config(data=data, principal=principal)
     return {"config": stored.model_dump(mode="json"), "needs_restart": needs_restart}
 
 

@@ -10,6 +10,7 @@ counts, the rank and the base model — as waiting for a node restart.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -21,6 +22,9 @@ from apps.tenants.errors import Invalid
 from apps.tenants.events import publish_change
 from apps.tenants.services import record_event
 from lorahub.cacheconfig import CacheConfig, load_cache_config, parse_cache_config
+
+if TYPE_CHECKING:
+    from apps.tenants.auth import Principal
 
 logger = logging.getLogger(__name__)
 SETTINGS_ID = 1
@@ -52,9 +56,15 @@ def effective_config() -> CacheConfig:
 
 
 @transaction.atomic
-def set_config(*, data: object, actor) -> tuple[CacheConfig, list[str]]:
+def set_config(*, data: object, principal: Principal | None) -> tuple[CacheConfig, list[str]]:
     """Validate and store a complete configuration; return it and the settings that wait
-    for a node restart. Raises ``Invalid`` naming each bad key; nothing is stored then."""
+    for a node restart. Raises ``Invalid`` naming each bad key; nothing is stored then.
+    ``principal``: the operator (with a second factor where the platform asks for one), or
+    None for the platform's own seeding."""
+    if principal is not None:
+        principal.require_operator()
+        principal.require_second_factor("changing the cache tiers' capacities")
+    actor = principal.user if principal is not None else None
     try:
         config = parse_cache_config(data, source="cache config")
     except ImproperlyConfigured as exc:

@@ -97,6 +97,7 @@ def lift(*, quarantine_id: int, principal: Principal, note: str) -> list[str]:
     """Re-verify the registry copy, then close every open quarantine of that version (the
     bytes are shared: what verifies for one node verifies for all). Returns the nodes."""
     principal.require_operator()
+    principal.require_second_factor("lifting a quarantine")
     quarantine = (
         Quarantine.objects.select_related("version__adapter__tenant")
         .filter(pk=quarantine_id)

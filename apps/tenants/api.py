@@ -30,6 +30,8 @@ class MeOut(Schema):
 class ApiKeyIn(Schema):
     name: str
     admin: bool = False  # acts as a tenant admin; a person must issue it (not another key)
+    # when the key stops working (401 key_expired); none: until it is revoked
+    expires_at: datetime | None = None
 
 
 class ApiKeyOut(Schema):
@@ -38,7 +40,10 @@ class ApiKeyOut(Schema):
     admin: bool
     created_at: datetime
     last_used_at: datetime | None
+    last_used_from: str | None
     revoked_at: datetime | None
+    expires_at: datetime | None
+    state: str  # active, expired or revoked
 
 
 class NewApiKeyOut(ApiKeyOut):
@@ -80,7 +85,10 @@ def _key_out(key: ApiKey) -> dict:
         "admin": key.admin,
         "created_at": key.created_at,
         "last_used_at": key.last_used_at,
+        "last_used_from": key.last_used_from,
         "revoked_at": key.revoked_at,
+        "expires_at": key.expires_at,
+        "state": "revoked" if key.revoked_at else "expired" if key.is_expired else "active",
     }
 
 
@@ -112,12 +120,15 @@ def list_keys(request: HttpRequest, slug: str):
 def issue_key(request: HttpRequest, slug: str, body: ApiKeyIn):
     tenant = visible_tenant(request.auth, slug)
     request.auth.require_tenant_admin(tenant)
+    if body.admin:  # an admin key may promote and abort releases
+        request.auth.require_second_factor("issuing an admin key")
     key, plaintext = services.issue_api_key(
         tenant=tenant,
         name=body.name,
         actor=request.auth.user,
         actor_key=request.auth.api_key,
         admin=body.admin,
+        expires_at=body.expires_at,
     )
     return Status(201, {**_key_out(key), "key": plaintext})
 

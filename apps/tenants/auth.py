@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja.security import HttpBearer
@@ -16,8 +17,12 @@ from ninja.security import SessionAuth as NinjaSessionAuth
 
 from apps.tenants import services, throttle
 from apps.tenants.choices import PlatformRole, TenantRole
-from apps.tenants.errors import Forbidden, Invalid, NotFound, Throttled
+from apps.tenants.errors import Forbidden, Invalid, NotFound, SecondFactorRequired, Throttled
 from apps.tenants.models import ApiKey, Membership, Tenant
+
+# what a console session records at sign-in (apps/tenants/signin.py)
+SECOND_FACTOR_SESSION_KEY = "lorahub_second_factor"
+METHOD_SESSION_KEY = "lorahub_sign_in"
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,10 @@ class Principal:
     tenant_ids: frozenset[int]
     admin_tenant_ids: frozenset[int]
     roles: frozenset[str]
+    # how this session passed a second factor ("totp", "recovery code", "provider: amr mfa"),
+    # or "" for none; an admin key counts as issued from a session that had one
+    second_factor: str = ""
+    sign_in_method: str = ""  # "password" or "oidc" for a session; "" for a key
 
     @property
     def is_reviewer(self) -> bool:
@@ -67,8 +76,30 @@ class Principal:
         if not self.is_reviewer:
             raise Forbidden("only a reviewer may do this")
 
+    def require_second_factor(self, action: str) -> None:
+        """Refuse ``action`` (e.g. "approving a version") when the platform requires a second
+        factor (``LORAHUB_REQUIRE_SECOND_FACTOR``) and this session has not passed one."""
+        if not settings.REQUIRE_SECOND_FACTOR or self.second_factor:
+            return
+        if self.api_key is not None:
+            raise SecondFactorRequired(
+                f"{action} needs a second factor: a member key cannot do it; use an admin key "
+                "(issued from a session with a second factor) or the console"
+            )
+        if self.sign_in_method == "oidc":
+            raise SecondFactorRequired(
+                f"{action} needs a second factor, and your sign-in through "
+                f"{settings.OIDC_NAME} did not report one (its amr/acr claim): sign out, then "
+                "sign in again with your second factor (ask your identity team to require it "
+                "for lorahub)"
+            )
+        raise SecondFactorRequired(
+            f"{action} needs a second factor in this session: set up an authenticator app (or "
+            "sign out and in again with your code) at /accounts/second-factor/, then try again"
+        )
 
-def principal_for_user(user: User) -> Principal:
+
+def principal_for_user(user: User, *, second_factor: str = "", method: str = "") -> Principal:
     memberships = list(Membership.objects.filter(user=user).values_list("tenant_id", "role"))
     return Principal(
         user=user,
@@ -76,6 +107,18 @@ def principal_for_user(user: User) -> Principal:
         tenant_ids=frozenset(t for t, _ in memberships),
         admin_tenant_ids=frozenset(t for t, role in memberships if role == TenantRole.ADMIN),
         roles=frozenset(services.platform_roles(user)),
+        second_factor=second_factor,
+        sign_in_method=method,
+    )
+
+
+def principal_for_session(request: HttpRequest) -> Principal:
+    """The signed-in user of a console session, with how the session signed in."""
+    session = request.session
+    return principal_for_user(
+        request.user,
+        second_factor=session.get(SECOND_FACTOR_SESSION_KEY, ""),
+        method=session.get(METHOD_SESSION_KEY, ""),
     )
 
 
@@ -88,6 +131,7 @@ def principal_for_key(key: ApiKey) -> Principal:
         tenant_ids=frozenset({key.tenant_id}),
         admin_tenant_ids=frozenset({key.tenant_id}) if key.admin else frozenset(),
         roles=frozenset(),
+        second_factor="admin key" if key.admin else "",
     )
 
 
@@ -100,7 +144,7 @@ class ApiKeyAuth(HttpBearer):
         wait_s = throttle.bad_keys().wait_s(client)
         if wait_s:
             raise Throttled(throttle.message(wait_s), retry_after=wait_s)
-        key = services.authenticate_api_key(token)
+        key = services.authenticate_api_key(token, address=client)
         if key is None:
             throttle.bad_keys().failed(client)
             return None
@@ -112,7 +156,7 @@ class SessionAuth(NinjaSessionAuth):
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Principal | None:
         user = super().authenticate(request, key)
-        return principal_for_user(user) if user else None
+        return principal_for_session(request) if user else None
 
 
 API_AUTH = [ApiKeyAuth(), SessionAuth()]

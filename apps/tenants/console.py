@@ -15,9 +15,10 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
 
-from apps.tenants.auth import Principal, principal_for_user
-from apps.tenants.errors import DomainError
+from apps.tenants.auth import Principal, principal_for_session
+from apps.tenants.errors import DomainError, SecondFactorRequired
 from apps.tenants.models import Tenant
 
 PER_PAGE = 25
@@ -27,7 +28,7 @@ def principal_of(request: HttpRequest) -> Principal:
     """The signed-in user as a ``Principal`` (memberships and roles), once per request."""
     cached = getattr(request, "_lorahub_principal", None)
     if cached is None:
-        cached = principal_for_user(request.user)
+        cached = principal_for_session(request)
         request._lorahub_principal = cached  # type: ignore[attr-defined]
     return cached
 
@@ -68,6 +69,13 @@ def require(check: Callable[[Principal], bool], what: str):
     return decorate
 
 
+def second_factor_page(request: HttpRequest, exc: SecondFactorRequired) -> HttpResponse:
+    """403 with what to do (a page with a link to the second factor, not a flash message)."""
+    return render(
+        request, "console/forbidden.html", {"message": exc.message, "second_factor": True}, 403
+    )
+
+
 def act(
     request: HttpRequest,
     action: Callable[[], object],
@@ -81,6 +89,8 @@ def act(
     ``back_on_error`` when the call failed and ``back`` would not exist."""
     try:
         action()
+    except SecondFactorRequired as exc:
+        return second_factor_page(request, exc)
     except DomainError as exc:
         messages.error(request, exc.message)
         return HttpResponseRedirect(back_on_error or back)

@@ -30,6 +30,19 @@ class Forbidden(DomainError):
     code = "forbidden"
 
 
+class KeyExpired(DomainError):
+    """An API key past its expiry: refused like a revoked key, with a reason to act on."""
+
+    status = 401
+    code = "key_expired"
+
+
+class SecondFactorRequired(Forbidden):
+    """A reviewer's or operator's action that needs a second factor in the session."""
+
+    code = "second_factor_required"
+
+
 class Conflict(DomainError):
     status = 409
     code = "conflict"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
-from apps.tenants.errors import Conflict, Forbidden, Invalid
+from apps.tenants.errors import Conflict, Forbidden, Invalid, KeyExpired
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, AuditEvent, Membership, Quota, Tenant
 
@@ -114,6 +114,7 @@ def issue_api_key(
     actor: AbstractBaseUser | None,
     actor_key: ApiKey | None = None,
     admin: bool = False,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its plaintext, which is never stored or shown again.
 
@@ -127,7 +128,16 @@ def issue_api_key(
             "an API key cannot issue an admin key; a tenant admin creates admin keys in the "
             "console (API keys page)"
         )
-    if ApiKey.objects.active().filter(tenant=tenant, name=name).exists():
+    if expires_at is not None:
+        if timezone.is_naive(expires_at):
+            raise Invalid("give the expiry with its time zone, e.g. 2027-01-31T00:00:00Z")
+        if expires_at <= timezone.now():
+            raise Invalid(
+                f"the expiry {expires_at:%Y-%m-%d %H:%M} UTC has passed; give a moment in the "
+                "future, or none for a key that lasts until it is revoked"
+            )
+    unexpired = ApiKey.objects.active().exclude(expires_at__lte=timezone.now())
+    if unexpired.filter(tenant=tenant, name=name).exists():
         raise Conflict(f"tenant '{tenant.slug}' already has an active key named '{name}'")
     prefix = secrets.token_hex(KEY_PREFIX_LEN // 2)
     plaintext = f"lh_{prefix}_{secrets.token_urlsafe(32)}"
@@ -138,6 +148,7 @@ def issue_api_key(
         key_hash=_hash_key(plaintext),
         created_by=actor if actor is not None and actor.is_authenticated else None,
         admin=admin,
+        expires_at=expires_at,
     )
     record_event(
         action="api_key.issue",
@@ -145,7 +156,12 @@ def issue_api_key(
         actor=actor,
         actor_key=actor_key,
         tenant=tenant,
-        after={"name": name, "prefix": prefix, "admin": admin},
+        after={
+            "name": name,
+            "prefix": prefix,
+            "admin": admin,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
     )
     return key, plaintext
 
@@ -171,18 +187,30 @@ def revoke_api_key(
     return key
 
 
-def authenticate_api_key(plaintext: str) -> ApiKey | None:
-    """The active key matching ``plaintext``, or None. Constant-time hash comparison."""
+def authenticate_api_key(plaintext: str, *, address: str | None = None) -> ApiKey | None:
+    """The active key matching ``plaintext``, or None. Constant-time hash comparison.
+
+    A key past its expiry raises ``KeyExpired`` (401 ``key_expired``): its owner learns why.
+    ``address`` is where the call came from, kept as the key's last address."""
     parts = plaintext.split("_", 2)
     if len(parts) != 3 or parts[0] != "lh" or len(parts[1]) != KEY_PREFIX_LEN:
         return None
     key = ApiKey.objects.active().select_related("tenant").filter(prefix=parts[1]).first()
     if key is None or not hmac.compare_digest(key.key_hash, _hash_key(plaintext)):
         return None
+    if key.is_expired:
+        raise KeyExpired(
+            f"the API key lh_{key.prefix}_… expired at {key.expires_at:%Y-%m-%d %H:%M} UTC; "
+            "ask an admin of the tenant for a new key"
+        )
     now = timezone.now()
-    if key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        key.last_used_at = now
+    address = address or None
+    stale = key.last_used_at is None or now - key.last_used_at > LAST_USED_RESOLUTION
+    if stale or (address and address != key.last_used_from):
+        ApiKey.objects.filter(pk=key.pk).update(
+            last_used_at=now, last_used_from=address or key.last_used_from
+        )
+        key.last_used_at, key.last_used_from = now, address or key.last_used_from
     return key
 
 

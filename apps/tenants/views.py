@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 from django.contrib import messages
 from django.db import transaction
@@ -26,7 +26,7 @@ from apps.tenants.console import (
     table,
     tenant_or_404,
 )
-from apps.tenants.errors import DomainError, Forbidden
+from apps.tenants.errors import DomainError, Forbidden, Invalid
 from apps.tenants.models import AuditEvent, Quota, Tenant
 
 
@@ -40,6 +40,16 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 # --- API keys ----------------------------------------------------------------------------------
 
 
+def _expiry(raw: str) -> datetime | None:
+    """The form's "valid through" day: the key stops at the end of that day, UTC."""
+    if not raw.strip():
+        return None
+    day = parse_date(raw.strip())
+    if day is None:
+        raise Invalid(f"'{raw}' is not a date; pick one, e.g. 2027-01-31, or leave it empty")
+    return datetime.combine(day + timedelta(days=1), time.min, tzinfo=UTC)
+
+
 @require(signed_in, "tenant admins")
 def keys(request: HttpRequest, slug: str) -> HttpResponse:
     principal = principal_of(request)
@@ -51,28 +61,47 @@ def keys(request: HttpRequest, slug: str) -> HttpResponse:
     new_key = None
     if request.method == "POST":
         try:
+            if request.POST.get("admin") == "on":  # an admin key may promote and abort releases
+                principal.require_second_factor("issuing an admin key")
             key, plaintext = services.issue_api_key(
                 tenant=tenant,
                 name=request.POST.get("name", ""),
                 actor=request.user,
                 admin=request.POST.get("admin") == "on",
+                expires_at=_expiry(request.POST.get("expires_on", "")),
             )
         except DomainError as exc:
             messages.error(request, exc.message)
         else:
             # Shown in this response only: never stored, never rendered again.
-            new_key = {"name": key.name, "plaintext": plaintext, "admin": key.admin}
+            new_key = {
+                "name": key.name,
+                "plaintext": plaintext,
+                "admin": key.admin,
+                "expires_at": key.expires_at,
+            }
     rows = tenant.api_keys.select_related("created_by")
     listing = table(
         request,
         rows,
-        sorts={"name": "name", "created": "created_at", "used": "last_used_at"},
+        sorts={
+            "name": "name",
+            "created": "created_at",
+            "used": "last_used_at",
+            "expires": "expires_at",
+        },
         default="-created",
     )
     return render(
         request,
         "tenants/keys.html",
-        {"tenant": tenant, "table": listing, "new_key": new_key, "section": "keys"},
+        {
+            "tenant": tenant,
+            "table": listing,
+            "new_key": new_key,
+            "section": "keys",
+            "today": timezone.now().date(),
+        },
     )
 
 

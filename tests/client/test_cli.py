@@ -173,6 +173,25 @@ def test_keys_need_an_admin_key_and_a_member_key_is_refused(
     assert [e.action for e in events][:2] == ["api_key.revoke", "api_key.issue"]
 
 
+def test_a_key_made_with_an_expiry_stops_with_key_expired(registry, lorahub, admin_key):
+    from datetime import UTC, datetime, timedelta
+
+    from apps.tenants.models import ApiKey as KeyRow
+
+    made = lorahub("keys", "create", "nightly", "--expires-in", "30", "--json", key=admin_key)
+    assert made.exit_code == 0, made.stderr
+    new = NewApiKey.model_validate(made.json())
+    assert timedelta(days=29, hours=23) < new.expires_at - datetime.now(UTC) <= timedelta(days=30)
+    assert lorahub("versions", "list", key=new.key).exit_code == 0
+    listed = lorahub("keys", "list", key=admin_key)
+    assert "nightly" in listed.stdout and new.expires_at.strftime("%Y-%m-%d") in listed.stdout
+
+    KeyRow.objects.filter(prefix=new.prefix).update(expires_at=datetime.now(UTC))  # 30 days on
+    late = lorahub("versions", "list", key=new.key)
+    assert late.exit_code == 3
+    assert "expired at" in late.stderr and "ask an admin of the tenant" in late.stderr
+
+
 def test_evaluation_sets_are_pushed_and_listed(
     registry, lorahub, tenant_key, support_versions, tmp_path
 ):

@@ -13,6 +13,7 @@ figures it measured go to ``deploy/test/work/figures.json`` and the test's outpu
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import json
 import os
@@ -80,15 +81,36 @@ def cli(stack: Stack, key: str, *args: str) -> str:
 
 
 def reviewer_approves(stack: Stack, password: str, version_ids: list[int]) -> None:
-    """Signs in on the console as a reviewer would, then approves each version over REST."""
+    """Signs in on the console as a reviewer would, sets up the second factor that production
+    asks reviewers for (an authenticator app's code, computed here), then approves each
+    version over REST."""
+    from django_otp.oath import TOTP
+
+    def csrf(page: httpx.Response) -> str:
+        return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+
     with httpx.Client(base_url=stack.console, timeout=30) as browser:
         page = browser.get("/accounts/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
         signed_in = browser.post(
             "/accounts/login/",
-            data={"username": "rita", "password": password, "csrfmiddlewaretoken": token},
+            data={"username": "rita", "password": password, "csrfmiddlewaretoken": csrf(page)},
         )
         assert signed_in.status_code == 302, signed_in.text[:500]
+        assert signed_in.headers["location"] == "/accounts/second-factor/"
+        refused = browser.post(
+            f"/api/versions/{version_ids[0]}/approve",
+            json={"note": "no second factor yet"},
+            headers={"X-CSRFToken": browser.cookies["csrftoken"]},
+        )
+        assert refused.status_code == 403 and refused.json()["code"] == "second_factor_required"
+        setup = browser.get("/accounts/second-factor/")
+        secret = re.search(r'id="totp-secret">([A-Z2-7=]+)<', setup.text).group(1)
+        code = f"{TOTP(base64.b32decode(secret)).token():06d}"
+        enrolled = browser.post(
+            "/accounts/second-factor/",
+            data={"action": "confirm", "code": code, "csrfmiddlewaretoken": csrf(setup)},
+        )
+        assert enrolled.status_code == 200 and "recovery-codes" in enrolled.text
         for version_id in version_ids:
             approved = browser.post(
                 f"/api/versions/{version_id}/approve",

@@ -109,7 +109,7 @@ def test_only_operators_read_or_change_it(tenant_a, operator):
 def test_the_stored_config_wins_over_the_file(operator):
     data = effective_config().model_dump(mode="json")
     data["adapter_cache"]["disk_cache"]["max_size_gb"] = 1.5
-    set_config(data=data, actor=None)
+    set_config(data=data, principal=None)
     assert effective_config().adapter_cache.disk_cache.max_size_gb == 1.5
 
 

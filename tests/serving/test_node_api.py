@@ -173,6 +173,32 @@ def test_other_tenants_unknown_keys_and_unknown_models_are_refused(world):
     assert "max_tokens" in malformed.value.response.json()["error"]["message"]
 
 
+def test_a_key_that_expires_is_refused_by_the_node_within_a_second(world, tenant_a):
+    """The node caches a key it has seen; it still stops at the key's expiry, with 401
+    key_expired, like a revoked key (and with no broadcast: the expiry travels with the key)."""
+    from datetime import UTC, datetime, timedelta
+
+    expires = datetime.now(UTC) + timedelta(seconds=3)
+    _, key = tenant_services.issue_api_key(
+        tenant=tenant_a, name="short-lived", actor=None, expires_at=expires
+    )
+    models = f"{world['url']}/v1/models"
+    headers = {"Authorization": f"Bearer {key}"}
+    assert httpx.get(models, headers=headers).status_code == 200  # now cached by the node
+    while (now := datetime.now(UTC)) < expires:
+        assert httpx.get(models, headers=headers).status_code == 200
+        time.sleep(0.1)
+    while (response := httpx.get(models, headers=headers)).status_code == 200:
+        assert datetime.now(UTC) - expires < timedelta(seconds=1), "served after its expiry"
+        time.sleep(0.05)
+    print(f"\nrefused {(datetime.now(UTC) - expires).total_seconds():.3f} s after the expiry")
+    assert response.status_code == 401
+    error = response.json()["error"]
+    assert error["code"] == "key_expired"
+    assert "ask an admin of the tenant for a new key" in error["message"]
+    assert now >= expires
+
+
 def test_a_version_that_is_not_approved_and_signed_is_never_served(world, tenant_a):
     a = world["a"]
     assert complete(a)[0].startswith(V1)

@@ -25,8 +25,16 @@ from apps.serving.console import charts, dashboards, node_client
 from apps.serving.models import RequestMinute
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
-from apps.tenants.console import act, operators, principal_of, require, signed_in, tenant_or_404
-from apps.tenants.errors import DomainError, Invalid
+from apps.tenants.console import (
+    act,
+    operators,
+    principal_of,
+    require,
+    second_factor_page,
+    signed_in,
+    tenant_or_404,
+)
+from apps.tenants.errors import DomainError, Invalid, SecondFactorRequired
 from apps.tenants.models import Membership, Tenant
 from lorahub.cacheconfig import config_problems
 
@@ -366,7 +374,9 @@ def cache_config(request: HttpRequest) -> HttpResponse:
             messages.error(request, "Nothing was saved: fix the fields marked below.")
         else:
             try:
-                _, restart = config.set_config(data=values, actor=principal_of(request).user)
+                _, restart = config.set_config(data=values, principal=principal_of(request))
+            except SecondFactorRequired as exc:
+                return second_factor_page(request, exc)
             except Invalid as exc:  # validated above; a race with another operator's change
                 messages.error(request, exc.message)
                 status = 422

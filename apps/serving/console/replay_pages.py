@@ -22,8 +22,8 @@ from apps.serving.models import ReplayRun
 from apps.serving.replay import run
 from apps.serving.replay.log import costs_from_log
 from apps.serving.replay.simulate import Capacity
-from apps.tenants.console import operators, principal_of, require
-from apps.tenants.errors import Invalid
+from apps.tenants.console import operators, principal_of, require, second_factor_page
+from apps.tenants.errors import Invalid, SecondFactorRequired
 
 GIB = run.GIB
 AZURE = "azure-llm-2023-conv.csv"
@@ -257,7 +257,9 @@ def replay_apply(request: HttpRequest, run_id: int) -> HttpResponse:
     if capacity.l3_bytes:
         cache["disk_cache"]["max_size_gb"] = round(capacity.l3_bytes / GIB, 3)
     try:
-        _, restart = config.set_config(data=data, actor=principal_of(request).user)
+        _, restart = config.set_config(data=data, principal=principal_of(request))
+    except SecondFactorRequired as exc:
+        return second_factor_page(request, exc)
     except Invalid as exc:
         messages.error(request, f"Nothing was changed: {exc.message}")
         return redirect(back)

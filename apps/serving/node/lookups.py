@@ -26,6 +26,7 @@ from apps.registry.aliases import AliasSnapshot
 from apps.registry.models import Alias
 from apps.serving.models import CacheSettings, Quarantine
 from apps.tenants import services as tenant_services
+from apps.tenants.errors import KeyExpired
 from apps.tenants.models import ApiKey, Quota, Tenant
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,14 @@ class Caller:
     requests_per_minute: int
     max_hot_adapters: int = 2  # pinned in L1
     max_warm_adapters: int = 8  # in the engine, L1 + L2
+    expires_at: float | None = None  # the key's expiry (epoch seconds), None: never
+
+
+@dataclass(frozen=True)
+class Expired:
+    """A key past its expiry: the node answers 401 ``key_expired`` with this message."""
+
+    message: str
 
 
 def _digest(plaintext: str) -> str:
@@ -91,23 +100,34 @@ class Lookups:
 
     # --- callers ---------------------------------------------------------------------------
 
-    def cached_caller(self, plaintext: str) -> Caller | object | None:
+    def cached_caller(self, plaintext: str) -> Caller | Expired | object | None:
         """The caller from memory alone (the event loop may call this): a ``Caller``, None for
-        a key known to be bad, or ``UNKNOWN`` when the database must be asked (``caller``)."""
+        a key known to be bad, ``Expired`` for a key past its expiry (checked on every call,
+        so a cached key stops at its expiry), or ``UNKNOWN`` when the database must be asked
+        (``caller``)."""
         cached = self._callers.get(_digest(plaintext))
         if isinstance(cached, Caller):
+            if cached.expires_at is not None and time.time() >= cached.expires_at:
+                return Expired(
+                    f"the API key lh_{cached.key_prefix}_… expired at "
+                    f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(cached.expires_at))} UTC; "
+                    "ask an admin of the tenant for a new key"
+                )
             return cached
         if isinstance(cached, float) and time.monotonic() - cached < MISS_TTL_S:
             return None
         return UNKNOWN
 
-    def caller(self, plaintext: str) -> Caller | None:
+    def caller(self, plaintext: str, address: str | None = None) -> Caller | Expired | None:
         cached = self.cached_caller(plaintext)
         if cached is not UNKNOWN:
             return cached  # type: ignore[return-value]
         digest = _digest(plaintext)
         generation = self._generation
-        key = tenant_services.authenticate_api_key(plaintext)
+        try:
+            key = tenant_services.authenticate_api_key(plaintext, address=address)
+        except KeyExpired as exc:
+            return Expired(exc.message)
         if key is None:
             if generation == self._generation:
                 self._callers[digest] = time.monotonic()
@@ -121,6 +141,7 @@ class Lookups:
             requests_per_minute=quota.requests_per_minute,
             max_hot_adapters=quota.max_hot_adapters,
             max_warm_adapters=quota.max_warm_adapters,
+            expires_at=key.expires_at.timestamp() if key.expires_at else None,
         )
         if generation == self._generation:
             self._callers[digest] = caller

@@ -44,7 +44,7 @@ from apps.serving.node.engine import (
     EngineRefused,
     Generation,
 )
-from apps.serving.node.lookups import UNKNOWN, Caller, Lookups
+from apps.serving.node.lookups import UNKNOWN, Caller, Expired, Lookups
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.seams import Seams
 from apps.serving.node.shadow import Answer, Mirrored, Shadows
@@ -220,8 +220,14 @@ class RequestPath:
             )
         known = self.lookups.cached_caller(token.strip())
         caller = (
-            await offload.run(self.lookups.caller, token.strip()) if known is UNKNOWN else known
+            await offload.run(self.lookups.caller, token.strip(), client)
+            if known is UNKNOWN
+            else known
         )
+        if isinstance(caller, Expired):  # a known key: not counted as a guess
+            raise oai.ApiError(
+                401, caller.message, type_="authentication_error", code="key_expired"
+            )
         if not isinstance(caller, Caller):
             throttle.failed(client)
             raise oai.ApiError(

@@ -13,6 +13,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -760,22 +761,39 @@ def keys_list(as_json: Json = False) -> None:
                 k.name,
                 f"lh_{k.prefix}_…",
                 "admin" if k.admin else "member",
-                "revoked" if k.revoked_at else "active",
+                k.state,
+                k.expires_at.strftime("%Y-%m-%d %H:%M") if k.expires_at else "never",
                 k.last_used_at.strftime("%Y-%m-%d %H:%M") if k.last_used_at else "never",
+                k.last_used_from or "",
             ]
             for k in found
         ]
-        table("API keys", ["name", "key", "kind", "state", "last used"], rows)
+        table(
+            "API keys",
+            ["name", "key", "kind", "state", "expires", "last used", "from"],
+            rows,
+        )
 
 
 @keys_app.command("create")
 @handles_errors
-def keys_create(name: str, as_json: Json = False) -> None:
+def keys_create(
+    name: str,
+    expires_in: Annotated[
+        int | None,
+        typer.Option(
+            "--expires-in", min=1, help="Days until the key stops working (default: never)."
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
     """A new member key, printed once (needs an admin key)."""
-    found = client().create_key(name)
+    expires_at = datetime.now(UTC) + timedelta(days=expires_in) if expires_in is not None else None
+    found = client().create_key(name, expires_at=expires_at)
     emit(as_json, found)
     if not as_json:
-        say(f"key '{found.name}' created; it is shown only now:")
+        until = f", valid until {found.expires_at:%Y-%m-%d %H:%M} UTC" if found.expires_at else ""
+        say(f"key '{found.name}' created{until}; it is shown only now:")
         print(found.key)
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -538,9 +539,13 @@ class Client:
     def keys(self) -> list[ApiKey]:
         return self._call("keys", path={"slug": self.tenant})
 
-    def create_key(self, name: str) -> NewApiKey:
-        """A new member key (shown once). Admin keys are made by a person, in the console."""
-        return self._call("create_key", path={"slug": self.tenant}, json={"name": name})
+    def create_key(self, name: str, *, expires_at: datetime | None = None) -> NewApiKey:
+        """A new member key (shown once). Admin keys are made by a person, in the console.
+        ``expires_at``: when it stops working (401 ``key_expired``); None: until revoked."""
+        body: dict[str, Any] = {"name": name}
+        if expires_at is not None:
+            body["expires_at"] = expires_at.isoformat()
+        return self._call("create_key", path={"slug": self.tenant}, json=body)
 
     def revoke_key(self, prefix: str) -> ApiKey:
         prefix = prefix.removeprefix("lh_").split("_")[0]

@@ -123,7 +123,10 @@ class ApiKey(Model):
     admin: bool
     created_at: datetime
     last_used_at: datetime | None
+    last_used_from: str | None
     revoked_at: datetime | None
+    expires_at: datetime | None  # None: until revoked
+    state: str  # active, expired or revoked
 
 
 class NewApiKey(ApiKey):
