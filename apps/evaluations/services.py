@@ -29,8 +29,9 @@ from apps.evaluations.models import (
 )
 from apps.registry import aliases
 from apps.registry.models import Adapter, AdapterVersion
-from apps.serving import quality
+from apps.serving import outcomes, quality
 from apps.serving.console.node_client import NodeClient, configured_nodes
+from apps.serving.outcomes import Outcome
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
 from apps.tenants.errors import DomainError, Invalid, NotFound
@@ -220,10 +221,13 @@ def _ask(
         )
     except httpx.HTTPError as exc:
         raise NodeAnswerError(f"node {node.name} did not answer: {exc}") from None
-    if response.status_code >= 500:
+    outcome = outcomes.classify(response.status_code)
+    if outcome in (Outcome.SERVER_FAILURE, Outcome.THROTTLED):
+        # the platform's failure, not the version's: the run stops (or is retried), it does
+        # not count against either version (apps/serving/outcomes.py)
         raise NodeAnswerError(f"node {node.name} answered {response.status_code}")
     body = response.json()
-    if response.status_code != 200:
+    if outcome is not Outcome.OK:  # a caller error: this case's request was refused
         message = (body.get("error") or {}).get("message") or response.text
         return {"text": "", "tokens": 0, "ttft_ms": None, "error": message[:200]}
     choice = body["choices"][0]

@@ -1,5 +1,7 @@
-"""The release page's Plotly figures: candidate against baseline per minute (error rate, TTFT
-p95, quality markers, shadow agreement), with the release's steps marked."""
+"""The release page's Plotly figures, over the release's window only (its start to its end):
+the canary error gate's own value at each judgement beside the server-failure rate per minute
+(apps/serving/outcomes.py: the one definition), the callers' errors and throttling apart (never
+judged), TTFT p95, quality markers and shadow agreement, with the release's steps marked."""
 
 from __future__ import annotations
 
@@ -28,19 +30,23 @@ def _markers(minute: dict) -> float | None:
 def figures(release: Release) -> dict[str, Figure]:
     """Keyed by the element each fills."""
     since = release.created_at.replace(second=0, microsecond=0)  # its first minute's row
-    until = (release.finished_at or timezone.now()).isoformat()
+    end = release.finished_at or timezone.now()
+    until = end.isoformat()
     minutes = dashboards.version_minutes(
         tenant_id=release.tenant_id,
         alias=release.alias.name,
         versions=[release.baseline.version, release.candidate.version],
         since=since,
+        until=end,  # the minutes after the release ended are another story
     )
     sides = {
         "baseline": (release.baseline.label, minutes[release.baseline.version]),
         "candidate": (release.candidate.label, minutes[release.candidate.version]),
     }
     shapes, notes = [], []
-    for event in release.events.filter(kind__in=STEP_KINDS):
+    # Steps seconds apart would print their labels over each other: three rows of labels,
+    # taken in turn, and each label short
+    for n, event in enumerate(release.events.filter(kind__in=STEP_KINDS).order_by("at", "id")):
         at = event.at.isoformat()
         shapes.append(
             {
@@ -58,7 +64,7 @@ def figures(release: Release) -> dict[str, Figure]:
         notes.append(
             {
                 "x": at,
-                "y": 1,
+                "y": 1 + 0.09 * (n % 3),
                 "xref": "x",
                 "yref": "paper",
                 "text": label,
@@ -68,24 +74,34 @@ def figures(release: Release) -> dict[str, Figure]:
             }
         )
 
-    def figure(title: str, y_title: str, series: dict[str, tuple[str, list]], **axis: Any):
+    def figure(
+        title: str,
+        y_title: str,
+        series: dict[str, tuple[str, list]],
+        extra: list | None = None,
+        **axis: Any,
+    ):
         return {
             "data": [
-                {
-                    "type": "scatter",
-                    "mode": "lines+markers",
-                    "name": name,
-                    "x": [p[0] for p in points],
-                    "y": [p[1] for p in points],
-                    "line": {"color": COLORS.get(role, "#555")},
-                    "marker": {"size": 6},
-                }
-                for role, (name, points) in series.items()
+                *(extra or []),
+                *(
+                    {
+                        "type": "scatter",
+                        "mode": "lines+markers",
+                        "name": name,
+                        "x": [p[0] for p in points],
+                        "y": [p[1] for p in points],
+                        "line": {"color": COLORS.get(role.split(":")[0], "#555")}
+                        | ({"dash": "dot"} if ":" in role else {}),
+                        "marker": {"size": 6},
+                    }
+                    for role, (name, points) in series.items()
+                ),
             ],
             "layout": {
                 "title": {"text": title, "font": {"size": 14}},
-                "margin": {"l": 55, "r": 15, "t": 48, "b": 40},
-                "height": 260,
+                "margin": {"l": 55, "r": 15, "t": 78, "b": 40},
+                "height": 290,
                 "xaxis": {"type": "date", "range": [since.isoformat(), until]},
                 "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", **axis},
                 "legend": {"orientation": "h", "y": -0.25},
@@ -94,11 +110,32 @@ def figures(release: Release) -> dict[str, Figure]:
             },
         }
 
-    def per_side(read) -> dict[str, tuple[str, list]]:
+    def per_side(read, suffix: str = "") -> dict[str, tuple[str, list]]:
         return {
-            role: (label, [(m["t"], read(m)) for m in rows])
+            role: (f"{label}{suffix}", [(m["t"], read(m)) for m in rows])
             for role, (label, rows) in sides.items()
         }
+
+    judged = release.evidence.get("judged", [])
+    gate = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "line": {"shape": "hv", "color": "#7b241c", "width": 3},
+            "marker": {"size": 7, "symbol": "diamond"},
+            "name": f"{release.candidate.label}: the canary gate's value (its step so far)",
+            "x": [p["t"] for p in judged],
+            "y": [p["value"] for p in judged],
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "line": {"shape": "hv", "color": "#7b241c", "dash": "dash", "width": 1},
+            "name": "the gate's limit",
+            "x": [p["t"] for p in judged],
+            "y": [p["max"] for p in judged],
+        },
+    ]
 
     shadow = dashboards.shadow_minutes(
         tenant_id=release.tenant_id,
@@ -108,7 +145,23 @@ def figures(release: Release) -> dict[str, Figure]:
     )
     found = {
         "chart-release-errors": figure(
-            "Error rate", "share", per_side(lambda m: m["error_rate"]), tickformat=".0%"
+            "Server failures: the canary gate's value, and per minute",
+            "share of requests",
+            per_side(lambda m: m["error_rate"], " per minute"),
+            extra=gate if judged else [],
+            tickformat=".1%",
+        ),
+        "chart-release-callers": figure(
+            "Caller errors (4xx) and throttling (429): not judged",
+            "share of requests",
+            {
+                **per_side(lambda m: m["caller_error_rate"], " caller errors"),
+                **{
+                    f"{role}:throttled": (f"{label} throttled", points)
+                    for role, (label, points) in per_side(lambda m: m["throttled_rate"]).items()
+                },
+            },
+            tickformat=".0%",
         ),
         "chart-release-ttft": figure("TTFT p95", "ms", per_side(lambda m: m["ttft_p95"])),
         "chart-release-markers": figure(

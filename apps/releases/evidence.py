@@ -3,6 +3,7 @@ windows, not whole minutes), and shadow comparisons from the per-minute shadow r
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -10,7 +11,9 @@ import numpy as np
 from django.db.models import Sum
 
 from apps.registry.models import AdapterVersion, Alias
+from apps.serving import outcomes
 from apps.serving.models import RequestLog, ShadowMinute
+from apps.serving.outcomes import Outcome
 
 MAX_ROWS = 200_000  # per version and window: a judgement reads at most this many requests
 
@@ -20,9 +23,11 @@ class Traffic:
     """One version's requests through an alias in a window."""
 
     requests: int
-    errors: int
+    errors: int  # server failures (apps/serving/outcomes.py): what counts against a version
     ttft_p95_ms: float | None
     markers: int  # cut by max_tokens, empty, refused, or invalid JSON
+    caller_errors: int = 0  # the callers' own mistakes (4xx): shown, never judged
+    throttled: int = 0  # 429: callers over their rate limit: shown, never judged
 
     @property
     def error_rate(self) -> float | None:
@@ -37,6 +42,8 @@ class Traffic:
             "requests": self.requests,
             "errors": self.errors,
             "error_rate": self.error_rate,
+            "caller_errors": self.caller_errors,
+            "throttled": self.throttled,
             "ttft_p95_ms": self.ttft_p95_ms,
             "marker_rate": self.marker_rate,
         }
@@ -55,9 +62,12 @@ def traffic(alias: Alias, version: AdapterVersion, since: datetime) -> Traffic:
         )[:MAX_ROWS]
     )
     ttfts = [row[1] for row in rows if row[1] is not None]
+    found = Counter(outcomes.classify(row[0], row[2]) for row in rows)
     return Traffic(
         requests=len(rows),
-        errors=sum(1 for row in rows if row[0] >= 500),
+        errors=found[Outcome.SERVER_FAILURE],
+        caller_errors=found[Outcome.CALLER_ERROR],
+        throttled=found[Outcome.THROTTLED],
         ttft_p95_ms=float(np.percentile(ttfts, 95)) if ttfts else None,
         markers=sum(
             1

@@ -152,7 +152,11 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
             candidate.error_rate if enough else None,
             "<=",
             (baseline.error_rate or 0.0) + plan.canary_max_error_increase,
-            f"baseline {baseline.error_rate or 0:.3f} + δ" if enough else waiting,
+            f"server failures {candidate.errors} of {candidate.requests}; baseline "
+            f"{baseline.error_rate or 0:.3f} + δ (not judged: {candidate.caller_errors} caller "
+            f"errors, {candidate.throttled} throttled)"
+            if enough
+            else waiting,
         ),
         compare(
             "canary quality markers",

@@ -323,6 +323,27 @@ def due(now: datetime | None = None) -> list[int]:
     return found
 
 
+JUDGED_POINTS = 2000  # per release: the chart of the gate's values keeps the newest
+
+
+def _keep_judged(release: Release, now, values: list[dict]) -> None:
+    """The canary error gate's value at each judgement: the release chart plots exactly this
+    (the server-failure rate of the step so far, apps/serving/outcomes.py)."""
+    gate = next((g for g in values if g["gate"] == "canary error rate"), None)
+    if gate is None or gate["value"] is None:
+        return
+    judged = list(release.evidence.get("judged", []))[-(JUDGED_POINTS - 1) :]
+    judged.append(
+        {
+            "t": now.isoformat(),
+            "step": release.step,
+            "value": gate["value"],
+            "max": gate["threshold"],
+        }
+    )
+    release.evidence = {**release.evidence, "judged": judged}
+
+
 def judge(release_id: int) -> str:
     """One judgement: what it concluded (``busy`` when another judge holds the release)."""
     started = time.time()
@@ -337,6 +358,7 @@ def judge(release_id: int) -> str:
         now = timezone.now()
         found, outcome = gates.CHECKS[release.state](release, plan, now)
         values = [g.as_dict() for g in found]
+        _keep_judged(release, now, values)
         release.last_judged_at = now
         release.last_check = {
             "at": now.isoformat(),

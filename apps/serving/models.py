@@ -46,7 +46,17 @@ class Counts(models.Model):
     """What a rollup row counts over its period (the histograms are added below)."""
 
     requests = models.PositiveIntegerField(default=0)
+    # What became of the requests (apps/serving/outcomes.py, the one definition); charts and
+    # gates read server_failures. ``errors`` is every status of 400 or more, as counted before
+    # the outcomes existed: read only for ``legacy_minutes``.
     errors = models.PositiveIntegerField(default=0)
+    server_failures = models.PositiveIntegerField(default=0)
+    caller_errors = models.PositiveIntegerField(default=0)
+    throttled = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    # minutes in this row counted before the outcomes existed, whose request log was gone
+    # when they were re-derived: their outcomes are unknown (charts leave a gap)
+    legacy_minutes = models.PositiveIntegerField(default=0)
     degraded = models.PositiveIntegerField(default=0)
     hits_l1 = models.PositiveIntegerField(default=0)
     hits_l2 = models.PositiveIntegerField(default=0)

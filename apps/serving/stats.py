@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Sum
 
+from apps.serving import outcomes
 from apps.serving.histograms import bucket_of
 from apps.serving.models import (
     CacheMinute,
@@ -188,6 +189,9 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
         row = rollups[(minute, r.tenant_id, r.alias, r.adapter_id, r.version)]
         row["requests"] += 1
         row["errors"] += 1 if r.status >= 400 else 0
+        outcome = outcomes.classify(r.status, r.finish_reason)
+        if outcome is not outcomes.Outcome.OK:
+            row[outcomes.COUNTERS[outcome]] += 1
         row["degraded"] += 1 if r.degraded else 0
         if r.tier in ("L1", "L2", "L3", "L4"):
             row[f"hits_{r.tier.lower()}"] += 1

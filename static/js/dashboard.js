@@ -12,7 +12,9 @@ function fmt(value, unit) {
 function showTotals(totals) {
   const items = [
     ["Requests", fmt(totals.requests)],
-    ["Errors", `${fmt(totals.errors)} (${fmt(totals.error_rate, "%")})`],
+    ["Server failures (the error rate)", `${fmt(totals.errors)} (${fmt(totals.error_rate, "%")})`],
+    ["Caller errors (4xx)", `${fmt(totals.caller_errors)} (${fmt(totals.caller_error_rate, "%")})`],
+    ["Throttled (429)", `${fmt(totals.throttled)} (${fmt(totals.throttled_rate, "%")})`],
     ["Engine hit rate (L1+L2)", fmt(totals.hit_rate, "%")],
     ["TTFT p50", fmt(totals.ttft_p50, "ms")],
     ["TTFT p95", fmt(totals.ttft_p95, "ms")],
@@ -42,7 +44,9 @@ function showVersions(versions) {
   const columns = [
     ["version", (v) => v.version, ""],
     ["Requests", (v) => fmt(v.requests), "num"],
-    ["Error rate", (v) => fmt(v.error_rate, "%"), "num"],
+    ["Server failures", (v) => fmt(v.error_rate, "%"), "num"],
+    ["Caller errors", (v) => fmt(v.caller_error_rate, "%"), "num"],
+    ["Throttled", (v) => fmt(v.throttled_rate, "%"), "num"],
     ["TTFT p95", (v) => fmt(v.ttft_p95, "ms"), "num"],
     ["Cut by max_tokens", (v) => fmt(v.cut_rate, "%"), "num"],
     ["Empty", (v) => fmt(v.empty_rate, "%"), "num"],

@@ -347,23 +347,25 @@ def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
 
 
 def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
+    """Outcomes as apps/serving/outcomes.py defines them: an unknown model is the caller's
+    error, counted apart and never as a server failure (the error rate)."""
     url = world["url"]
-    ok_before = node_metric(
-        url, "adapter_requests_total", tenant="tenant-a", adapter="support", status="ok"
-    )
+
+    def count(name: str, **labels: str) -> float:
+        return node_metric(url, name, tenant="tenant-a", **labels)
+
+    ok_before = count("adapter_requests_total", adapter="support", outcome="ok")
+    caller_before = count("adapter_requests_total", outcome="caller_error")
+    failures_before = count("error_rate_by_adapter_total")
     logged_before = RequestLog.objects.filter(tenant=tenant_a, alias="support").count()
     tiers = [complete(world["a"])[1]["x-lorahub-cache-tier"] for _ in range(3)]
     with pytest.raises(openai.NotFoundError):
         complete(world["a"], model="nope")
-    assert (
-        node_metric(
-            url, "adapter_requests_total", tenant="tenant-a", adapter="support", status="ok"
-        )
-        == ok_before + 3
-    )
+    assert count("adapter_requests_total", adapter="support", outcome="ok") == ok_before + 3
+    assert count("adapter_requests_total", outcome="caller_error") == caller_before + 1
+    assert count("error_rate_by_adapter_total") == failures_before
     assert node_metric(url, "ttft_by_adapter_count", tenant="tenant-a", adapter="support") >= 3
     assert node_metric(url, "adapter_cache_lookups_total", tier="L1") >= 2
-    assert node_metric(url, "error_rate_by_adapter_total", tenant="tenant-a") >= 1
     scrape = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"})
     assert "adapter_load_latency_ms_bucket" in scrape.text
     # tenants cannot read other tenants' names and adapters from the metrics

@@ -71,16 +71,26 @@ def timeline(data: dict) -> dict[str, Figure]:
                     "name": "requests",
                     "width": bar_width,
                 },
-                {
-                    "type": "bar",
-                    "x": t,
-                    "y": data.get("errors", []),
-                    "name": "errors",
-                    "width": bar_width,
-                    "marker": {"color": "#b03a2e"},
-                },
             ],
-            "layout": layout("Requests and errors per step", "requests", barmode="overlay"),
+            "layout": layout("Requests per step", "requests", barmode="overlay"),
+        },
+        # apps/serving/outcomes.py: the error rate is the server failures'; the callers' own
+        # mistakes and their rate limits are series of their own, never counted as errors
+        "chart-outcomes": {
+            "data": [
+                _line(t, data.get(key, []), label, line={"color": color}, connectgaps=False)
+                for key, label, color in (
+                    ("server_failure_rate", "server failures (the error rate)", "#b03a2e"),
+                    ("caller_error_rate", "caller errors (4xx)", "#d68910"),
+                    ("throttled_rate", "throttled (429)", "#7d3c98"),
+                    ("cancelled_rate", "cancelled by the caller", "#7f8c8d"),
+                )
+            ],
+            "layout": layout(
+                "What became of requests (share of requests)",
+                "share",
+                yaxis={"title": {"text": "share"}, "rangemode": "tozero", "tickformat": ".0%"},
+            ),
         },
         "chart-quality": {
             "data": [

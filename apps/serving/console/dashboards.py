@@ -60,7 +60,9 @@ MARKERS = (
     "json_invalid",
     "json_mismatched",
 )
-COUNTERS = ("requests", "errors", "degraded", *(f"hits_{t}" for t in TIERS), *MARKERS)
+# what became of requests (apps/serving/outcomes.py): server failures are the error rate
+OUTCOMES = ("server_failures", "caller_errors", "throttled", "cancelled", "legacy_minutes")
+COUNTERS = ("requests", *OUTCOMES, "degraded", *(f"hits_{t}" for t in TIERS), *MARKERS)
 BUCKETS = {name: bucket_fields(name) for name in HISTOGRAMS}
 
 
@@ -169,7 +171,13 @@ def series(where: Q | None, rng: Range, *, now: datetime | None = None) -> dict:
         col = {name: i - 1 for i, name in enumerate(names) if i}
         n = m[:, col["requests"]]
         out["requests"] = n.astype(int).tolist()
-        out["errors"] = m[:, col["errors"]].astype(int).tolist()
+        per_step = np.where(n > 0, n, np.nan)
+        known = m[:, col["legacy_minutes"]] == 0  # a step counted the old way has no outcomes
+        for name in ("server_failures", "caller_errors", "throttled", "cancelled"):
+            counts = np.where(known, m[:, col[name]], np.nan)
+            out[name] = [None if v != v else int(v) for v in counts]
+            out[f"{name.removesuffix('s')}_rate"] = _listed(np.round(counts / per_step, 4))
+        out["errors"] = out["server_failures"]  # the error count is the server failures
         out["degraded"] = m[:, col["degraded"]].astype(int).tolist()
         for tier in TIERS:
             share = np.round(m[:, col[f"hits_{tier}"]] / np.where(n > 0, n, np.nan), 4)
@@ -250,10 +258,22 @@ def summarize(row: dict) -> dict:
         total = row.get(of) or 0
         return (row.get(counter) or 0) / total if total else None
 
+    legacy = bool(row.get("legacy_minutes"))  # outcomes unknown for part of these requests
+
+    def outcome(counter: str) -> float | None:
+        return None if legacy else share(counter)
+
     return {
         "requests": n,
-        "errors": int(row.get("errors") or 0),
-        "error_rate": (row.get("errors") or 0) / n if n else None,
+        # the error rate is the server failures' (apps/serving/outcomes.py); callers' own
+        # mistakes and their rate limits are apart, and never count against a version
+        "errors": None if legacy else int(row.get("server_failures") or 0),
+        "error_rate": outcome("server_failures"),
+        "caller_error_rate": outcome("caller_errors"),
+        "throttled_rate": outcome("throttled"),
+        "cancelled_rate": outcome("cancelled"),
+        "caller_errors": None if legacy else int(row.get("caller_errors") or 0),
+        "throttled": None if legacy else int(row.get("throttled") or 0),
         "hit_rate": ((row.get("hits_l1") or 0) + (row.get("hits_l2") or 0)) / n if n else None,
         "ttft_p50": quantile(ttft, 0.5, max_ms=row.get("ttft_max")),
         "ttft_p95": quantile(ttft, 0.95, max_ms=row.get("ttft_max")),
@@ -409,21 +429,25 @@ def shadow_evidence(alias: Alias) -> dict | None:
 
 
 def version_minutes(
-    *, tenant_id: int, alias: str, versions: list[str], since: datetime
+    *,
+    tenant_id: int,
+    alias: str,
+    versions: list[str],
+    since: datetime,
+    until: datetime | None = None,
 ) -> dict[str, list[dict]]:
-    """Per version (by version string), its requests through ``alias`` per minute since
-    ``since``: each minute's ``summarize`` with ``t``, for charts of versions side by side."""
-    rows = (
-        RequestMinute.objects.filter(
-            tenant_id=tenant_id,
-            alias=alias,
-            version__in=versions,
-            minute__gte=since.replace(second=0, microsecond=0),
-        )
-        .values("minute", "version")
-        .annotate(**_sums())
-        .order_by("minute")
+    """Per version (by version string), its requests through ``alias`` per minute from
+    ``since`` to ``until`` (the minutes that began by then): each minute's ``summarize`` with
+    ``t``, for charts of versions side by side."""
+    rows = RequestMinute.objects.filter(
+        tenant_id=tenant_id,
+        alias=alias,
+        version__in=versions,
+        minute__gte=since.replace(second=0, microsecond=0),
     )
+    if until is not None:
+        rows = rows.filter(minute__lte=until)
+    rows = rows.values("minute", "version").annotate(**_sums()).order_by("minute")
     found: dict[str, list[dict]] = {version: [] for version in versions}
     for row in rows:
         found[row["version"]].append(

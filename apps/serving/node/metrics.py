@@ -68,13 +68,15 @@ class NodeMetrics:
         )
         self.requests = Counter(
             "adapter_requests",
-            "Inference requests by outcome",
-            ["tenant", "adapter", "status"],
+            "Inference requests by outcome (apps/serving/outcomes.py): ok, server_failure, "
+            "caller_error, throttled, cancelled",
+            ["tenant", "adapter", "outcome"],
             registry=r,
         )
         self.errors = Counter(
             "error_rate_by_adapter",
-            "Failed inference requests (rate() of this is the error rate)",
+            "Server failures (5xx, failed generations) by code: rate() of this over rate() of "
+            "adapter_requests is the error rate; callers' 4xx and 429 are not counted here",
             ["tenant", "adapter", "code"],
             registry=r,
         )

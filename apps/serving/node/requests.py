@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from apps.registry.aliases import AliasSnapshot, ResolvedVersion
-from apps.serving import offload, quality
+from apps.serving import offload, outcomes, quality
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (
     AdapterIntegrityError,
@@ -591,9 +591,12 @@ class RequestPath:
         tenant = caller.tenant_slug if caller else "anonymous"
         adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
         tenant_label, adapter_label = metrics.labels_for(tenant, adapter)
-        outcome = "ok" if status < 400 else "error"
-        metrics.requests.labels(tenant=tenant_label, adapter=adapter_label, status=outcome).inc()
-        if status >= 400:
+        finish_reason = "error" if status >= 500 and trace.generating else trace.finish_reason
+        outcome = outcomes.classify(status, finish_reason)
+        metrics.requests.labels(
+            tenant=tenant_label, adapter=adapter_label, outcome=outcome.value
+        ).inc()
+        if outcome is outcomes.Outcome.SERVER_FAILURE:  # the error rate: server failures only
             metrics.errors.labels(
                 tenant=tenant_label, adapter=adapter_label, code=error or str(status)
             ).inc()
@@ -601,7 +604,6 @@ class RequestPath:
             metrics.count_tier(trace.tier)
         if trace.ttft_ms is not None:
             metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
-        finish_reason = "error" if status >= 500 and trace.generating else trace.finish_reason
         for marker, present in (
             ("cut", finish_reason == "length"),
             ("empty", trace.empty_output),

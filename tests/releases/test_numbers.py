@@ -1,0 +1,149 @@
+"""One definition of an error (apps/serving/outcomes.py) from the request log to the gate and the
+chart: a release during which one caller is throttled and another sends bad requests is judged
+on server failures alone, its chart plots the number the gate judged, shows the callers' 4xx and
+429s as series of their own, and ends where the release ended."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from apps.registry import aliases
+from apps.registry.models import AdapterVersion
+from apps.releases import charts, services
+from apps.releases.models import Release
+from apps.serving import outcomes, stats
+from apps.serving.console import dashboards
+from apps.serving.models import RequestMinute
+from apps.serving.outcomes import Outcome
+from apps.tenants.auth import principal_for_user
+
+pytestmark = pytest.mark.django_db
+
+PLAN = {
+    "interval_s": 1,
+    "prewarm": False,
+    "canary_max_error_increase": 0.05,
+    "canary_steps": [{"percent": 100, "dwell_s": 1, "min_requests": 5}],
+}
+
+
+def record(tenant, version: str, n: int, *, status: int = 200, at=None) -> None:
+    """``n`` requests as a node records them (request log and rollups, stats.write_records)."""
+    moment = at or timezone.now()
+    stats.write_records(
+        "n1",
+        [
+            stats.RequestRecord(
+                tenant_id=tenant.pk,
+                alias="support",
+                adapter_id="support",
+                version=version,
+                tier="L1",
+                status=status,
+                ttft_ms=40.0 if status == 200 else None,
+                finish_reason="stop" if status == 200 else "",
+                at=moment,
+            )
+            for _ in range(n)
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "finish", "outcome"),
+    [
+        (200, "stop", Outcome.OK),
+        (200, "error", Outcome.SERVER_FAILURE),
+        (503, "", Outcome.SERVER_FAILURE),
+        (500, "", Outcome.SERVER_FAILURE),
+        (400, "", Outcome.CALLER_ERROR),
+        (404, "", Outcome.CALLER_ERROR),
+        (429, "", Outcome.THROTTLED),
+        (499, "", Outcome.CANCELLED),
+    ],
+)
+def test_the_one_definition_and_its_query_agree(status, finish, outcome, tenant_a):
+    from apps.serving.models import RequestLog
+
+    assert outcomes.classify(status, finish) is outcome
+    RequestLog.objects.create(
+        at=timezone.now(), node="n", status=status, finish_reason=finish, tenant=tenant_a
+    )
+    matching = [o for o in Outcome if RequestLog.objects.filter(outcomes.q(o)).exists()]
+    assert matching == [outcome]
+
+
+def test_a_release_is_judged_and_plotted_on_server_failures_alone(support_versions, tenant_a):
+    alice = principal_for_user(get_user_model().objects.get(username="alice"))
+    alias = aliases.set_alias(
+        principal=alice, tenant=tenant_a, name="support", version_id=support_versions["v1"]
+    )
+    release = services.start(
+        principal=alice,
+        alias=alias,
+        candidate=AdapterVersion.objects.get(pk=support_versions["v2"]),
+        plan=PLAN,
+    )
+    Release.objects.filter(pk=release.pk).update(
+        step_started_at=timezone.now() - timedelta(seconds=2)
+    )
+    record(tenant_a, "v1", 30)
+    record(tenant_a, "v2", 18)
+    record(tenant_a, "v2", 1, status=503)  # the one server failure
+    record(tenant_a, "v2", 6, status=429)  # a caller over its rate limit
+    record(tenant_a, "v2", 5, status=400)  # a caller sending bad requests
+    assert services.judge(release.pk) == "advance"
+    release.refresh_from_db()
+    assert release.state == "promoted", release.outcome
+    gate = {g["gate"]: g for g in release.last_check["gates"]}["canary error rate"]
+    assert gate["verdict"] == "pass" and gate["value"] == round(1 / 30, 4)
+    assert "not judged: 5 caller errors, 6 throttled" in gate["detail"]
+
+    # after the release, the alias gets bad requests: not the release's story
+    record(tenant_a, "v2", 20, status=400, at=release.finished_at + timedelta(minutes=2))
+
+    figures = charts.figures(release)
+    errors = figures["chart-release-errors"]
+    judged = next(t for t in errors["data"] if "the canary gate's value" in t["name"])
+    assert judged["y"] == [gate["value"]]  # the very number the gate judged
+    per_minute = next(t for t in errors["data"] if t["name"] == "support@v2 per minute")
+    assert per_minute["y"] == [pytest.approx(1 / 30)]
+    callers = {t["name"]: t["y"] for t in figures["chart-release-callers"]["data"]}
+    assert callers["support@v2 caller errors"] == [pytest.approx(5 / 30)]
+    assert callers["support@v2 throttled"] == [pytest.approx(6 / 30)]
+    assert callers["support@v1 caller errors"] == [0.0]
+    end = release.finished_at.isoformat()
+    for figure in figures.values():
+        assert figure["layout"]["xaxis"]["range"][1] == end  # the chart ends with the release
+        for trace in figure["data"]:
+            assert all(x <= end for x in trace["x"]), trace["name"]
+    labels = [(n["text"], n["y"]) for n in errors["layout"]["annotations"]]
+    assert [text for text, _ in labels] == ["step 1", "promoted"]
+    assert len({y for _, y in labels}) == 2  # seconds apart, on rows of their own
+
+
+def test_dashboards_plot_server_failures_with_callers_apart(tenant_a):
+    record(tenant_a, "v1", 8)
+    record(tenant_a, "v1", 2, status=503)
+    record(tenant_a, "v1", 5, status=429)
+    record(tenant_a, "v1", 5, status=404)
+    where = dashboards.scope(tenant=tenant_a)
+    data = dashboards.series(where, dashboards.RANGES["hour"])
+    assert data["server_failure_rate"] == [0.1]
+    assert data["caller_error_rate"] == [0.25]
+    assert data["throttled_rate"] == [0.25]
+    assert data["totals"]["error_rate"] == pytest.approx(0.1)  # never 0.6
+    platform = dashboards.series(dashboards.scope(), dashboards.RANGES["hour"])
+    assert platform["server_failures"] == [2] and platform["throttled"] == [5]
+
+
+def test_minutes_counted_before_the_outcomes_show_a_gap_not_a_wrong_rate(tenant_a):
+    record(tenant_a, "v1", 10, status=429)
+    RequestMinute.objects.update(legacy_minutes=1, server_failures=0, throttled=0)
+    data = dashboards.series(dashboards.scope(tenant=tenant_a), dashboards.RANGES["hour"])
+    assert data["server_failure_rate"] == [None]
+    assert data["totals"]["error_rate"] is None
