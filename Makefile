@@ -28,7 +28,7 @@ LOCKS := deploy/requirements
 CP_PY := $(CP_VENV)/bin/python
 CP_STAMP := $(CP_VENV)/.installed
 
-.PHONY: run test test-serial test-control-plane test-control-plane-only test-deploy install services lint demo haproxy lock
+.PHONY: run test test-serial test-control-plane test-control-plane-only test-deploy install services lint demo haproxy lock promtool
 
 run: $(STAMP)
 	$(PY) manage.py migrate --noinput
@@ -160,6 +160,18 @@ services:
 		timeout 1 bash -c '</dev/tcp/127.0.0.1/5432' 2>/dev/null && timeout 1 bash -c '</dev/tcp/127.0.0.1/6379' 2>/dev/null && exit 0; \
 		sleep 1; \
 	done; echo "PostgreSQL (127.0.0.1:5432) or Redis (127.0.0.1:6379) did not come up" >&2; exit 1
+
+# promtool, for the alert rules' tests (tests/deploy/test_alerts.py): taken out of Debian's
+# prometheus package into var/tools/ (installing the package would start a Prometheus server)
+promtool: var/tools/promtool
+var/tools/promtool:
+	@echo "fetching promtool from Debian's prometheus package"
+	@rm -rf var/tools/prometheus-deb && mkdir -p var/tools/prometheus-deb
+	@cd var/tools/prometheus-deb && { apt-get download prometheus >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get download prometheus; }; }
+	@dpkg-deb -x var/tools/prometheus-deb/prometheus_*.deb var/tools/prometheus-deb/root
+	@cp var/tools/prometheus-deb/root/usr/bin/promtool var/tools/promtool
+	@rm -rf var/tools/prometheus-deb
 
 # The fleet's router (`make run NODES=3`, and the fleet tests): Debian's HAProxy.
 haproxy:

@@ -293,6 +293,7 @@ class Node:
             if self.engine.info().state != "dead":
                 continue
             logger.error("the vLLM engine died; restarting it")
+            self.metrics.engine_restarts.inc()
             self.engine.state = "restarting"
             self._engine_changed.set()
             with contextlib.suppress(Exception):
@@ -333,6 +334,7 @@ class Node:
         elif request.client is None or request.client.host not in ("127.0.0.1", "::1"):
             return Response("metrics are served to this machine only\n", status_code=403)
         self.metrics.gpu_memory.set(self.cache.hot_bytes() / 1048576)
+        self.metrics.engine_ready.set(1 if self.engine.is_ready and not self.drain.draining else 0)
         self.metrics.load_queue.set(self.cache.loading())
         for tenant, share in self.cache.quota_usage().items():
             self.metrics.quota_usage.labels(tenant=self.metrics.labels_for(tenant, "")[0]).set(

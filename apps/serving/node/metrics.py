@@ -112,6 +112,16 @@ class NodeMetrics:
             ["tier"],
             registry=r,
         )
+        self.engine_restarts = Counter(
+            "engine_restarts",
+            "Times the watchdog restarted a dead vLLM engine",
+            registry=r,
+        )
+        self.engine_ready = Gauge(
+            "engine_ready",
+            "1 while the engine answers, 0 while it starts, restarts or the node drains",
+            registry=r,
+        )
         self.load_queue = Gauge(
             "adapter_load_queue",
             "Adapter versions loading or queued to load",

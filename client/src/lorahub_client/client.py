@@ -608,6 +608,8 @@ def _api_error(response: httpx.Response) -> ApiError:
         detail = "; ".join(_field_error(item) for item in detail)
     code = str(body.get("code") or (error or {}).get("code") or "error")
     status = response.status_code
+    if status == 401 and code == "key_expired":  # the server says when, and what to do
+        return Unauthorized(status, code, str(detail))
     if status == 401:
         return Unauthorized(
             status,
