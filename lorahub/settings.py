@@ -398,7 +398,17 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.releases.tasks.judge_releases",
         "schedule": LORAHUB_RELEASE_TICK_S,
     },
+    # webhook deliveries whose message was lost; nodes gone quiet (the operators' node.down)
+    "sweep-webhooks": {"task": "apps.tenants.tasks.sweep_webhooks", "schedule": 60.0},
+    "watch-nodes": {"task": "apps.serving.tasks.watch_nodes", "schedule": 30.0},
 }
+# --- notifications (apps/tenants/webhooks.py) ---
+# A receiver must be public (the URL is a tenant's): private, loopback and link-local
+# addresses are refused unless allowed; HTTPS is required in production.
+LORAHUB_WEBHOOK_ALLOW_PRIVATE = env_bool("LORAHUB_WEBHOOK_ALLOW_PRIVATE", False)
+LORAHUB_WEBHOOK_REQUIRE_HTTPS = env_bool("LORAHUB_WEBHOOK_REQUIRE_HTTPS", PRODUCTION)
+LORAHUB_WEBHOOK_TIMEOUT_S = env_int("LORAHUB_WEBHOOK_TIMEOUT_S", 10, minimum=1)
+LORAHUB_WEBHOOK_ATTEMPTS = env_int("LORAHUB_WEBHOOK_ATTEMPTS", 8, minimum=1)
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"

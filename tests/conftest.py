@@ -376,6 +376,8 @@ def start_worker(
             "LORAHUB_S3_ENDPOINT": s3_server,
             # evaluation runs ask the registered serving nodes' internal API
             "LORAHUB_INTERNAL_TOKEN": NODE_INTERNAL_TOKEN,
+            # the tests' webhook receivers listen on this machine
+            "LORAHUB_WEBHOOK_ALLOW_PRIVATE": "1",
             **S3_ENV,
             **env,
         },

@@ -33,6 +33,7 @@ from apps.registry.validation import (
     validate_adapter,
 )
 from apps.tenants import services as tenant_services
+from apps.tenants import webhooks
 from apps.tenants.auth import Principal
 from apps.tenants.errors import Conflict, Forbidden, Invalid, QuotaExceeded, TooLarge
 from apps.tenants.models import Tenant, slug_validator
@@ -381,6 +382,12 @@ def _finish_validation(
         before={"state": VersionState.VALIDATING},
         after={"state": version.state, **after},
     )
+    if rejected is not None:
+        webhooks.notify(
+            "version.rejected",
+            tenant=version.adapter.tenant,
+            data={"version": version.label, "version_id": version.pk, "reason": rejected},
+        )
     transaction.on_commit(lambda: get_store().delete_prefix(staged))
     return version
 
@@ -457,6 +464,17 @@ def _record_review(version: AdapterVersion, principal: Principal, state: str, no
         before={"state": VersionState.PENDING_REVIEW},
         after={"state": version.state},
         note=version.review_note,
+    )
+    webhooks.notify(
+        "version.approved" if state == VersionState.APPROVED else "version.rejected",
+        tenant=version.adapter.tenant,
+        data={
+            "version": version.label,
+            "version_id": version.pk,
+            "reviewer": principal.label,
+            "reason": version.review_note if state == VersionState.REJECTED else "",
+            "note": version.review_note,
+        },
     )
 
 

@@ -5,6 +5,7 @@ judged), TTFT p95, quality markers and shadow agreement, with the release's step
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -31,7 +32,6 @@ def figures(release: Release) -> dict[str, Figure]:
     """Keyed by the element each fills."""
     since = release.created_at.replace(second=0, microsecond=0)  # its first minute's row
     end = release.finished_at or timezone.now()
-    until = end.isoformat()
     minutes = dashboards.version_minutes(
         tenant_id=release.tenant_id,
         alias=release.alias.name,
@@ -39,6 +39,16 @@ def figures(release: Release) -> dict[str, Figure]:
         since=since,
         until=end,  # the minutes after the release ended are another story
     )
+    start = release.created_at
+    # the data ends with the release; the axis a little after, so that the last step's
+    # marker and label (recorded a moment after the end) stay inside it
+    pad = max(timedelta(seconds=1), (end - start) * 0.03)
+    shown_until = (end + pad).isoformat()
+    # the window is the release's: a minute's row is drawn at its start, or at the release's
+    # start for the minute the release began in (never before the release)
+    for rows in minutes.values():
+        for row in rows:
+            row["t"] = max(row["t"], start.isoformat())
     sides = {
         "baseline": (release.baseline.label, minutes[release.baseline.version]),
         "candidate": (release.candidate.label, minutes[release.candidate.version]),
@@ -64,7 +74,7 @@ def figures(release: Release) -> dict[str, Figure]:
         notes.append(
             {
                 "x": at,
-                "y": 1 + 0.09 * (n % 3),
+                "y": 1 + 0.08 * (n % 3),
                 "xref": "x",
                 "yref": "paper",
                 "text": label,
@@ -99,10 +109,10 @@ def figures(release: Release) -> dict[str, Figure]:
                 ),
             ],
             "layout": {
-                "title": {"text": title, "font": {"size": 14}},
-                "margin": {"l": 55, "r": 15, "t": 78, "b": 40},
-                "height": 290,
-                "xaxis": {"type": "date", "range": [since.isoformat(), until]},
+                "title": {"text": title, "font": {"size": 14}, "y": 0.97, "yref": "container"},
+                "margin": {"l": 55, "r": 25, "t": 96, "b": 40},
+                "height": 310,
+                "xaxis": {"type": "date", "range": [start.isoformat(), shown_until]},
                 "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", **axis},
                 "legend": {"orientation": "h", "y": -0.25},
                 "shapes": shapes,

@@ -32,6 +32,7 @@ from apps.releases import gates, nodes
 from apps.releases.models import Release, ReleaseDefaults, ReleaseEvent
 from apps.releases.plan import Plan, PlanError, build
 from apps.tenants import services as tenant_services
+from apps.tenants import webhooks
 from apps.tenants.auth import Principal
 from apps.tenants.errors import Conflict, Forbidden, Invalid, NotFound
 from apps.tenants.models import Tenant
@@ -96,8 +97,18 @@ def _audit(release: Release, action: str, *, actor: Principal | None, after: dic
     )
 
 
+# release events that the tenant's webhooks hear (apps/tenants/webhooks.py)
+NOTIFIED = {
+    "start": "release.started",
+    "advance": "release.step",
+    "promote": "release.promoted",
+    "rollback": "release.rolled_back",
+    "abort": "release.aborted",
+}
+
+
 def _event(release: Release, kind: str, *, before: str, actor: str, **fields: Any) -> ReleaseEvent:
-    return ReleaseEvent.objects.create(
+    event = ReleaseEvent.objects.create(
         release=release,
         kind=kind,
         from_state=before,
@@ -106,6 +117,31 @@ def _event(release: Release, kind: str, *, before: str, actor: str, **fields: An
         actor=actor,
         **fields,
     )
+    if kind in NOTIFIED:
+        gates = fields.get("gates") or []
+        failed = [g for g in gates if g.get("verdict") == "fail"]
+        webhooks.notify(
+            NOTIFIED[kind],
+            tenant=release.tenant,
+            data={
+                "release": release.pk,
+                "alias": release.alias.name,
+                "baseline": release.baseline.label,
+                "candidate": release.candidate.label,
+                "version": release.candidate.label,
+                "state": release.state,
+                "step": release.step + 1,
+                "steps": len(release.plan.get("canary_steps") or []),
+                "actor": actor,
+                "reason": fields.get("note", "") if kind in ("rollback", "abort") else "",
+                # the failing gate, its value and what it needed (a rollback's cause)
+                "failed_gates": [
+                    {k: g.get(k) for k in ("gate", "value", "op", "threshold", "detail")}
+                    for g in failed
+                ],
+            },
+        )
+    return event
 
 
 # --- the plan -------------------------------------------------------------------------------

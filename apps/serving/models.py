@@ -310,6 +310,9 @@ class ServingNode(models.Model):
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    # when the operators' webhooks were told it went down (tasks.watch_nodes); cleared when
+    # it is back
+    down_notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -24,6 +24,7 @@ from apps.registry.storage import get_store
 from apps.serving.cache.disk import DiskTier, IntegrityFailure
 from apps.serving.models import Quarantine
 from apps.tenants import services as tenant_services
+from apps.tenants import webhooks
 from apps.tenants.auth import Principal
 from apps.tenants.errors import Conflict, Invalid, NotFound
 from apps.tenants.events import publish_change
@@ -35,12 +36,26 @@ def record(*, version_id: int, node: str, tier: str, reason: str) -> bool:
     """Open a quarantine of ``version_id`` on ``node`` (no-op if one is open). True if new."""
     try:
         with transaction.atomic():
-            _, created = Quarantine.objects.get_or_create(
+            row, created = Quarantine.objects.select_related(
+                "version__adapter__tenant"
+            ).get_or_create(
                 version_id=version_id,
                 node=node,
                 lifted_at=None,
                 defaults={"tier": tier, "reason": reason[:2000]},
             )
+            if created:  # the tenant's webhooks and the operators' hear of it
+                webhooks.notify(
+                    "version.quarantined",
+                    tenant=row.version.adapter.tenant,
+                    data={
+                        "version": row.version.label,
+                        "version_id": version_id,
+                        "node": node,
+                        "tier": tier,
+                        "reason": reason[:500],
+                    },
+                )
     except IntegrityError:  # opened meanwhile by another thread of the same node
         return False
     return created

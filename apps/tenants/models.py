@@ -166,3 +166,63 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.object_type}:{self.object_id}"
+
+
+class Webhook(models.Model):
+    """Where a tenant's (or, with no tenant, the platform's) notifications go: a URL that gets
+    each event signed with ``secret`` (apps/tenants/webhooks.py)."""
+
+    class Format(models.TextChoices):
+        LORAHUB = "lorahub", "lorahub (JSON, signed)"
+        SLACK = "slack", 'Slack-compatible ({"text": …}, signed)'
+
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks"
+    )
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=64)  # signs each body; shown once at creation
+    events = models.JSONField(default=list, blank=True)  # [] for every event
+    format = models.CharField(max_length=8, choices=Format.choices, default=Format.LORAHUB)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug if self.tenant else 'platform'} → {self.url}"
+
+    def wants(self, event: str) -> bool:
+        return self.active and (not self.events or event in self.events)
+
+
+class WebhookDelivery(models.Model):
+    """One event for one webhook, delivered at least once: retried with backoff until the
+    receiver answers 2xx; ``delivery_id`` stays the same across attempts (idempotency)."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # gave up after the last attempt
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    delivery_id = models.UUIDField(unique=True)
+    event = models.CharField(max_length=64)
+    payload = models.JSONField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "created_at"], name="delivery_state_created")]
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.webhook.url} ({self.state})"

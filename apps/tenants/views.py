@@ -123,6 +123,96 @@ def revoke_key(request: HttpRequest, slug: str, prefix: str) -> HttpResponse:
     return act(request, revoke, f"Key '{key.name}' (lh_{prefix}_…) is revoked.", back)
 
 
+# --- webhooks ----------------------------------------------------------------------------------
+
+
+@require(signed_in, "tenant admins")
+def webhooks_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """A tenant's webhooks: add one (its secret shown once), send a test, remove one, and the
+    deliveries with their last status."""
+    principal = principal_of(request)
+    tenant = tenant_or_404(principal, slug)
+    try:
+        principal.require_tenant_admin(tenant)
+    except Forbidden as exc:
+        return render(request, "console/forbidden.html", {"message": exc.message}, status=403)
+    return _webhooks(request, tenant)
+
+
+@require(operators, "operators")
+def platform_webhooks_page(request: HttpRequest) -> HttpResponse:
+    """The operators' webhooks: every quarantine, a node down (and any event they pick)."""
+    return _webhooks(request, None)
+
+
+def _webhooks(request: HttpRequest, tenant: Tenant | None) -> HttpResponse:
+    from apps.tenants import webhooks
+    from apps.tenants.models import Webhook, WebhookDelivery
+
+    hooks = Webhook.objects.filter(tenant=tenant)
+    back = (
+        reverse("tenants:webhooks", args=[tenant.slug])
+        if tenant
+        else reverse("tenants:platform_webhooks")
+    )
+    created = None
+    status = 200
+    if request.method == "POST":
+        action = request.POST.get("action", "")
+        hook = hooks.filter(pk=request.POST.get("webhook") or 0).first()
+        if action == "create":
+            try:
+                created = webhooks.create(
+                    tenant=tenant,
+                    url=request.POST.get("url", ""),
+                    events=request.POST.getlist("events"),
+                    format=request.POST.get("format", "lorahub"),
+                    actor=request.user,
+                )
+            except DomainError as exc:
+                messages.error(request, f"Nothing was added: {exc.message}")
+                status = 422
+        elif action == "test" and hook is not None:
+            webhooks.send_test(hook)
+            messages.success(
+                request, f"A test is on its way to {hook.url}; its status shows below."
+            )
+            return redirect(back)
+        elif action == "delete" and hook is not None:
+            services.record_event(
+                action="webhook.delete", obj=hook, actor=request.user, tenant=tenant,
+                before={"url": hook.url},
+            )  # fmt: skip
+            hook.delete()
+            messages.success(request, f"Webhook {hook.url} removed.")
+            return redirect(back)
+    deliveries = WebhookDelivery.objects.filter(webhook__tenant=tenant).select_related("webhook")
+    listing = table(request, deliveries, sorts={"at": "created_at"}, default="-at")
+    last = {}
+    for delivery in WebhookDelivery.objects.filter(webhook__in=hooks).order_by("-created_at")[:500]:
+        last.setdefault(delivery.webhook_id, delivery)
+    rows = [{"hook": h, "last": last.get(h.pk)} for h in hooks]
+    events = {
+        name: label
+        for name, label in webhooks.EVENTS.items()
+        if name != "ping" and (tenant is None or name != "node.down")
+    }
+    return render(
+        request,
+        "tenants/webhooks.html",
+        {
+            "tenant": tenant,
+            "rows": rows,
+            "created": created,
+            "events": events,
+            "table": listing,
+            "formats": Webhook.Format.choices,
+            "section": "webhooks" if tenant else "platform_webhooks",
+        },
+        status=status,
+    )
+
+
 # --- audit log ---------------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ def test_every_tenant_page_renders_cleanly(page, console, seeded):
         ("/t/tenant-a/upload/", "upload", "Drop the files here"),
         (f"/versions/{seeded['v2']}/", "version", "Signed manifest"),
         ("/t/tenant-a/quota/", "quota", "Warm adapters"),
+        ("/t/tenant-a/webhooks/", "webhooks", "Add a webhook"),
         ("/audit/", "audit-tenant", "alias.canary"),
     ):
         page.goto(path)
@@ -78,6 +79,7 @@ def test_every_operator_and_reviewer_page_renders_cleanly(page, console, seeded,
         ("/operator/cache/", "cache-config", "eviction policy"),
         ("/operator/nodes/", "nodes-unreachable", "did not answer"),
         ("/t/tenant-a/quota/", "quota-operator", "Edit limits"),
+        ("/operator/webhooks/", "platform-webhooks", "node.down"),
         ("/audit/?action=alias.", "audit", "alias.set"),
     ):
         page.goto(path)

@@ -118,9 +118,13 @@ def test_a_release_is_judged_and_plotted_on_server_failures_alone(support_versio
     assert callers["support@v1 caller errors"] == [0.0]
     end = release.finished_at.isoformat()
     for figure in figures.values():
-        assert figure["layout"]["xaxis"]["range"][1] == end  # the chart ends with the release
+        start, shown_until = figure["layout"]["xaxis"]["range"]
+        assert start == release.created_at.isoformat()
+        # the axis ends a moment after the release (its last marker stays inside), the data
+        # at its end
+        assert end < shown_until <= (release.finished_at + timedelta(seconds=2)).isoformat()
         for trace in figure["data"]:
-            assert all(x <= end for x in trace["x"]), trace["name"]
+            assert all(start <= x <= end for x in trace["x"]), trace["name"]
     labels = [(n["text"], n["y"]) for n in errors["layout"]["annotations"]]
     assert [text for text, _ in labels] == ["step 1", "promoted"]
     assert len({y for _, y in labels}) == 2  # seconds apart, on rows of their own

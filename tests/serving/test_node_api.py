@@ -185,7 +185,8 @@ def test_a_key_that_expires_is_refused_by_the_node_within_a_second(world, tenant
     models = f"{world['url']}/v1/models"
     headers = {"Authorization": f"Bearer {key}"}
     assert httpx.get(models, headers=headers).status_code == 200  # now cached by the node
-    while (now := datetime.now(UTC)) < expires:
+    # served until its expiry (a request sent just before it may arrive after: a margin)
+    while datetime.now(UTC) < expires - timedelta(seconds=0.5):
         assert httpx.get(models, headers=headers).status_code == 200
         time.sleep(0.1)
     while (response := httpx.get(models, headers=headers)).status_code == 200:
@@ -196,7 +197,6 @@ def test_a_key_that_expires_is_refused_by_the_node_within_a_second(world, tenant
     error = response.json()["error"]
     assert error["code"] == "key_expired"
     assert "ask an admin of the tenant for a new key" in error["message"]
-    assert now >= expires
 
 
 def test_a_version_that_is_not_approved_and_signed_is_never_served(world, tenant_a):
