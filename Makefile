@@ -64,7 +64,7 @@ test-serial: $(STAMP) $(CP_STAMP) services demo
 
 # deploy/ alone (`make test` runs it last): builds the images (podman's layer cache makes a
 # second build take seconds), brings the compose stack up with the demo model and drives it
-# (tests/deploy/); installs podman, runc and debootstrap with apt-get when missing.
+# (tests/deploy/); installs podman, runc, iptables and debootstrap with apt-get when missing.
 test-deploy: $(CP_STAMP) services demo
 	$(TEST_ENV) $(CP_PY) -m pytest -m deploy -s $(PYTEST_ARGS)
 

@@ -89,14 +89,20 @@ def free_port() -> int:
 
 
 def ensure_podman() -> None:
-    """podman, runc and debootstrap from Debian's packages; the runtime settings above."""
-    needed = [tool for tool in ("podman", "runc", "debootstrap") if not shutil.which(tool)]
+    """podman, runc and debootstrap from Debian's packages; the runtime settings above.
+    iptables too: netavark sets up the containers' network with it, and without it every
+    container fails to start with "netavark: No such file or directory" (seen on a fresh
+    machine)."""
+    tools = ("podman", "runc", "debootstrap", "iptables")
+    needed = [
+        tool for tool in tools if not shutil.which(tool) and not Path(f"/usr/sbin/{tool}").exists()
+    ]
     if needed:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         run("apt-get", "update", "-qq", env=env)
         run(
             "apt-get", "install", "-y", "-qq", "podman", "runc", "netavark", "aardvark-dns",
-            "debootstrap", env=env,
+            "debootstrap", "iptables", env=env,
         )  # fmt: skip
     conf = Path("/etc/containers/containers.conf")
     if not conf.exists() or 'runtime = "runc"' not in conf.read_text():
