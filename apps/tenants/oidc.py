@@ -294,7 +294,9 @@ class SignInCallback(OIDCAuthenticationCallbackView):
         if not settings.OIDC_ISSUER:
             raise Http404("single sign-on is not configured (LORAHUB_OIDC_ISSUER)")
         if request.GET.get("error"):
-            super().get(request)  # drops the state
+            states = request.session.get("oidc_states") or {}
+            if states.pop(request.GET.get("state", ""), None) is not None:  # never again
+                request.session["oidc_states"] = states
             reason = request.GET.get("error_description") or request.GET["error"]
             return refused(request, f"the identity provider refused: {reason}")
         state = request.GET.get("state", "")
