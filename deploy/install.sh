@@ -29,6 +29,21 @@ deps)
     "$venv/bin/python" -m uv pip install --python "$venv/bin/python" --no-cache \
         --compile-bytecode --require-hashes --no-deps --index-strategy unsafe-best-match \
         "$@" -r "$lock"
+    # django-ninja and the ninja build tool (vLLM's) both write a `ninja` package, and uv
+    # writes packages in parallel: put django-ninja's files back last, then prove it imports
+    # (once the build tool's won, and every node crash-looped on "cannot import NinjaAPI")
+    if grep -q '^ninja==' "$lock" && grep -q '^django-ninja==' "$lock"; then
+        awk '/^django-ninja==/ {p = 1} p {print; if ($0 !~ /\\$/) exit}' "$lock" \
+            > /tmp/django-ninja.txt
+        "$venv/bin/python" -m uv pip install --python "$venv/bin/python" --no-cache \
+            --compile-bytecode --require-hashes --no-deps --reinstall \
+            --index-strategy unsafe-best-match "$@" -r /tmp/django-ninja.txt
+        rm /tmp/django-ninja.txt
+    fi
+    "$venv/bin/python" -c "from ninja import NinjaAPI" || {
+        echo "install.sh: django-ninja's ninja package was overwritten" >&2
+        exit 1
+    }
     # the service user, and its data folder with the places volumes are mounted on (a new
     # volume takes their owner)
     useradd --system --uid 10001 --gid 0 --home-dir /var/lib/lorahub \
