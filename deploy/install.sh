@@ -30,8 +30,9 @@ deps)
         --compile-bytecode --require-hashes --no-deps --index-strategy unsafe-best-match \
         "$@" -r "$lock"
     # django-ninja and the ninja build tool (vLLM's) both write a `ninja` package, and uv
-    # writes packages in parallel: put django-ninja's files back last, then prove it imports
-    # (once the build tool's won, and every node crash-looped on "cannot import NinjaAPI")
+    # writes packages in parallel: put django-ninja's files back last, then check its file is
+    # the one in place (importing it would need Django's settings). Once the build tool's
+    # won, and every node crash-looped on "cannot import NinjaAPI".
     if grep -q '^ninja==' "$lock" && grep -q '^django-ninja==' "$lock"; then
         awk '/^django-ninja==/ {p = 1} p {print; if ($0 !~ /\\$/) exit}' "$lock" \
             > /tmp/django-ninja.txt
@@ -40,7 +41,7 @@ deps)
             --index-strategy unsafe-best-match "$@" -r /tmp/django-ninja.txt
         rm /tmp/django-ninja.txt
     fi
-    "$venv/bin/python" -c "from ninja import NinjaAPI" || {
+    "$venv/bin/python" -c "import importlib.util as u, sys; sys.exit('NinjaAPI' not in open(u.find_spec('ninja').origin).read())" || {
         echo "install.sh: django-ninja's ninja package was overwritten" >&2
         exit 1
     }
