@@ -266,3 +266,29 @@ def node_metric(url: str, name: str, **labels: str) -> float:
         for sample in family.samples
         if sample.name == name and labels.items() <= sample.labels.items()
     )
+
+
+def record_requests(tenant, version: str, n: int, *, status: int = 200, at=None) -> None:
+    """``n`` requests of alias ``support`` as a node records them (request log and rollups)."""
+    from django.utils import timezone
+
+    from apps.serving import stats
+
+    moment = at or timezone.now()
+    stats.write_records(
+        "n1",
+        [
+            stats.RequestRecord(
+                tenant_id=tenant.pk,
+                alias="support",
+                adapter_id="support",
+                version=version,
+                tier="L1" if status == 200 else "",
+                status=status,
+                ttft_ms=40.0 if status == 200 else None,
+                finish_reason="stop" if status == 200 else "",
+                at=moment,
+            )
+            for _ in range(n)
+        ],
+    )

@@ -18,30 +18,14 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import services
 from apps.releases.models import Release
-from apps.serving import stats
 from apps.tenants.auth import principal_for_user
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
+from tests.helpers import record_requests
 
 pytestmark = pytest.mark.browser
 
 
-def record(tenant, version: str, n: int, status: int = 200) -> None:
-    stats.write_records(
-        "n1",
-        [
-            stats.RequestRecord(
-                tenant_id=tenant.pk,
-                alias="support",
-                adapter_id="support",
-                version=version,
-                tier="L1" if status == 200 else "",
-                status=status,
-                ttft_ms=40.0 if status == 200 else None,
-                finish_reason="stop" if status == 200 else "",
-            )
-            for _ in range(n)
-        ],
-    )
+record = record_requests  # tests/helpers.py
 
 
 def test_the_release_page_and_dashboard_show_server_failures_and_callers_apart(

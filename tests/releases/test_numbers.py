@@ -15,11 +15,12 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import charts, services
 from apps.releases.models import Release
-from apps.serving import outcomes, stats
+from apps.serving import outcomes
 from apps.serving.console import dashboards
 from apps.serving.models import RequestMinute
 from apps.serving.outcomes import Outcome
 from apps.tenants.auth import principal_for_user
+from tests.helpers import record_requests
 
 pytestmark = pytest.mark.django_db
 
@@ -31,26 +32,7 @@ PLAN = {
 }
 
 
-def record(tenant, version: str, n: int, *, status: int = 200, at=None) -> None:
-    """``n`` requests as a node records them (request log and rollups, stats.write_records)."""
-    moment = at or timezone.now()
-    stats.write_records(
-        "n1",
-        [
-            stats.RequestRecord(
-                tenant_id=tenant.pk,
-                alias="support",
-                adapter_id="support",
-                version=version,
-                tier="L1",
-                status=status,
-                ttft_ms=40.0 if status == 200 else None,
-                finish_reason="stop" if status == 200 else "",
-                at=moment,
-            )
-            for _ in range(n)
-        ],
-    )
+record = record_requests  # tests/helpers.py
 
 
 @pytest.mark.parametrize(
