@@ -38,11 +38,10 @@ esac
 case "$part" in
     console)
         exec gunicorn lorahub.asgi:application \
-            --worker-class uvicorn_worker.UvicornWorker \
+            --worker-class lorahub.gunicorn_worker.ConsoleWorker \
             --bind "0.0.0.0:${LORAHUB_CONSOLE_PORT:-8000}" \
             --workers "${LORAHUB_CONSOLE_WORKERS:-2}" \
             --timeout 120 --graceful-timeout 30 \
-            --forwarded-allow-ips "${LORAHUB_CONSOLE_TRUSTED_PROXIES:-*}" \
             --access-logfile - "$@" ;;
     worker)
         exec celery -A lorahub worker --loglevel INFO \

@@ -13,7 +13,6 @@ default) only this machine may read it.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable, Iterator
 
@@ -23,6 +22,8 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from lorahub.tokens import bearer_matches
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +89,7 @@ def _may_scrape(request: HttpRequest) -> bool:
     token = settings.LORAHUB_INTERNAL_TOKEN
     if not token:
         return request.META.get("REMOTE_ADDR") in ("127.0.0.1", "::1")
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+    return bearer_matches(request.headers.get("authorization", ""), token)
 
 
 class HealthCheckMiddleware:

@@ -133,6 +133,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # the caller's address from X-Forwarded-For, believed from LORAHUB_TRUSTED_PROXIES only
+    "lorahub.addresses.CallerAddressMiddleware",
     # /healthz for probes, before the host and HTTPS checks (lorahub/health.py)
     "lorahub.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -281,14 +283,16 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # Login throttling (django-axes): 5 failures for one user name from one address lock that pair
-# out for 15 minutes; a success resets the count.
+# out for 15 minutes, and so do 5 for one user name from any addresses (a guesser with many
+# addresses); a success resets the count. An operator lifts a lockout early with
+# `manage.py axes_reset_username NAME` (docs/security.md).
 AUTHENTICATION_BACKENDS = [
     "apps.tenants.backends.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("LORAHUB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = 0.25  # hours
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
@@ -473,9 +477,19 @@ except ValueError:
     raise ImproperlyConfigured(
         f"LORAHUB_BAD_KEY_LIMIT={LORAHUB_BAD_KEY_LIMIT!r} is not a rate; write e.g. 20/minute"
     ) from None
-# Addresses whose X-Forwarded-For the node believes (HAProxy's): the client address that the
-# bad-key throttle counts. Comma-separated, or * for any.
-LORAHUB_NODE_TRUSTED_PROXIES = env_str("LORAHUB_NODE_TRUSTED_PROXIES", "127.0.0.1")
+# The routers (HAProxy, an ingress) whose X-Forwarded-For the console and the nodes believe for
+# the caller's address (lorahub/addresses.py): addresses or networks, comma-separated; never *.
+# LORAHUB_NODE_TRUSTED_PROXIES is its older name.
+LORAHUB_TRUSTED_PROXIES = env_str(
+    "LORAHUB_TRUSTED_PROXIES", env_str("LORAHUB_NODE_TRUSTED_PROXIES", "127.0.0.1, ::1")
+)
+# Where a node's control API (/internal/) may be called from, besides needing the internal
+# token: the console's and the router's network (the caller's address, as above).
+LORAHUB_INTERNAL_NETWORKS = env_str("LORAHUB_INTERNAL_NETWORKS", "127.0.0.0/8, ::1")
+from lorahub.addresses import parse_networks as _parse_networks  # noqa: E402
+
+_parse_networks(LORAHUB_TRUSTED_PROXIES)
+_parse_networks(LORAHUB_INTERNAL_NETWORKS, name="LORAHUB_INTERNAL_NETWORKS")
 
 # --- change events ----------------------------------------------------------------------------
 # Alias, key and quota changes are broadcast to every serving node over Redis pub/sub (works

@@ -29,6 +29,9 @@ import zlib
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+# set on every request the public entrance forwards: a node answers /internal/ to none of them
+PUBLIC_ENTRY_HEADER = "X-Lorahub-Entry"
+
 
 @dataclass(frozen=True)
 class Backend:
@@ -132,11 +135,14 @@ defaults
 frontend inference
     bind {bind}
     option http-buffer-request
-    # the caller's address for the node (its bad-key throttle counts per address; the node
-    # believes the header from LORAHUB_NODE_TRUSTED_PROXIES only)
-    option forwardfor
-    # the node's control API is never public
-    http-request deny deny_status 404 if {{ path_beg /internal/ }}
+    # the caller's address for the node: the address this router saw, replacing whatever the
+    # caller wrote (the node believes it from LORAHUB_TRUSTED_PROXIES only, lorahub/addresses.py)
+    http-request set-header X-Forwarded-For %[src]
+    # the node's control API is never public: refused here on the decoded path, any segment
+    # of it (/%69nternal/, //internal/, /x/../internal/), and by the node for anything this
+    # entrance forwards ({PUBLIC_ENTRY_HEADER} is set here, whatever a caller sent)
+    http-request deny deny_status 404 if {{ path,url_dec,lower -m reg (^|/)internal(/|$) }}
+    http-request set-header {PUBLIC_ENTRY_HEADER} public
     http-request set-var(txn.model) req.body,json_query('$.model') if {{ method POST }}
     http-request set-var(txn.key) req.hdr(authorization),word(2,' '),field(2,'_')
     http-request set-var(txn.route) var(txn.key),concat('/',txn.model)

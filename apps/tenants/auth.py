@@ -136,17 +136,16 @@ def principal_for_key(key: ApiKey) -> Principal:
 
 
 class ApiKeyAuth(HttpBearer):
-    """``Authorization: Bearer lh_...`` → the key's tenant. An address that sent too many bad
-    keys gets 429 for any key until its window has room (``apps/tenants/throttle.py``)."""
+    """``Authorization: Bearer lh_...`` → the key's tenant. An address past its limit of bad
+    keys gets 429 for further bad ones; a valid key always passes (``apps/tenants/throttle.py``)."""
 
     def authenticate(self, request: HttpRequest, token: str) -> Principal | None:
         client = request.META.get("REMOTE_ADDR", "")
-        wait_s = throttle.bad_keys().wait_s(client)
-        if wait_s:
-            raise Throttled(throttle.message(wait_s), retry_after=wait_s)
         key = services.authenticate_api_key(token, address=client)
         if key is None:
-            throttle.bad_keys().failed(client)
+            wait_s = throttle.bad_keys().failed(client)
+            if wait_s:
+                raise Throttled(throttle.message(wait_s), retry_after=wait_s)
             return None
         return principal_for_key(key)
 

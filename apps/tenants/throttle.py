@@ -1,11 +1,13 @@
-"""Repeated bad API keys from one client address: after ``LORAHUB_BAD_KEY_LIMIT`` of them
-(moving window), every key from that address gets 429 with ``Retry-After`` until the window
-has room again.
+"""Repeated bad API keys from one caller address: past ``LORAHUB_BAD_KEY_LIMIT`` of them
+(moving window), each further bad key from that address gets 429 with ``Retry-After`` until
+the window has room again.
 
-Why every key, a good one too: a guesser must learn nothing while it is throttled, so a
-throttled address gets the same answer whatever it sends. People behind the same address
-wait with it (as with the console's login lockout); a client that sends only good keys is
-never counted. A missing key is not counted either: it guesses nothing.
+A valid key is never refused here: the throttle counts failures, and a failure by one caller
+must not cost another (behind one router, or one NAT, many callers share an address; an
+attacker who can send from, or claim, a victim's address must not lock the victim out). Keys
+are 256-bit random secrets, so the throttle is not what stops guessing; it bounds the noise and
+the lookups a guesser causes. A missing key is not counted: it guesses nothing. The caller's
+address is ``lorahub/addresses.py``'s.
 
 The counts live in ``LORAHUB_BAD_KEY_STORAGE`` (``memory://`` per process by default;
 ``redis://...`` shares them between processes and machines), through the ``limits`` library.
@@ -30,16 +32,13 @@ class BadKeyThrottle:
         self.limit = parse(limit)
         self._limiter = MovingWindowRateLimiter(storage_from_string(storage_uri))
 
-    def wait_s(self, client: str) -> int:
-        """Whole seconds this address must wait before sending a key again; 0 if it may now."""
-        if self._limiter.test(self.limit, NAMESPACE, client):
+    def failed(self, client: str) -> int:
+        """Count one bad key from this address: 0 while the address is within its limit,
+        else the whole seconds it must wait before its bad keys are answered 401 again."""
+        if self._limiter.hit(self.limit, NAMESPACE, client):
             return 0
         stats = self._limiter.get_window_stats(self.limit, NAMESPACE, client)
         return max(1, math.ceil(stats.reset_time - time.time()))
-
-    def failed(self, client: str) -> None:
-        """Count one bad key from this address."""
-        self._limiter.hit(self.limit, NAMESPACE, client)
 
 
 @functools.cache
@@ -50,6 +49,6 @@ def bad_keys() -> BadKeyThrottle:
 
 def message(wait_s: int) -> str:
     return (
-        "too many invalid API keys from this address; wait "
-        f"{wait_s} s, then send a valid key (a new key is issued on the console's Keys page)"
+        f"too many invalid API keys from this address; wait {wait_s} s before trying another "
+        "(a valid key is always answered; a new key is issued on the console's Keys page)"
     )

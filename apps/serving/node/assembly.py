@@ -51,6 +51,7 @@ from apps.serving.node.shadow import Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
+from lorahub.addresses import caller_address
 
 logger = logging.getLogger(__name__)
 
@@ -331,7 +332,10 @@ class Node:
         if settings.LORAHUB_INTERNAL_TOKEN:
             if not has_internal_token(request):
                 return Response("metrics need the node's internal token\n", status_code=401)
-        elif request.client is None or request.client.host not in ("127.0.0.1", "::1"):
+        elif caller_address(
+            request.client.host if request.client else "",
+            request.headers.getlist("x-forwarded-for"),
+        ) not in ("127.0.0.1", "::1"):
             return Response("metrics are served to this machine only\n", status_code=403)
         self.metrics.gpu_memory.set(self.cache.hot_bytes() / 1048576)
         self.metrics.engine_ready.set(1 if self.engine.is_ready and not self.drain.draining else 0)

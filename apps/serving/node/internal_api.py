@@ -9,7 +9,6 @@ signature, base revision) before anything is fetched or loaded.
 
 from __future__ import annotations
 
-import hmac
 import json
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from apps.registry.aliases import ResolvedVersion, load_version
 from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
+from apps.serving.haproxy import PUBLIC_ENTRY_HEADER
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
@@ -30,6 +30,8 @@ from apps.serving.node.seams import Fault
 from apps.serving.node.trust import Trust
 from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
+from lorahub.addresses import caller_address, internal_networks, is_in
+from lorahub.tokens import bearer_matches
 
 TIERS = ("L1", "L2", "L3")
 
@@ -56,9 +58,19 @@ def _json(body: dict, status_code: int = 200, headers: dict | None = None) -> JS
 
 def has_internal_token(request: Request) -> bool:
     """True if the request carries the node's internal token (never, when none is set)."""
-    token = settings.LORAHUB_INTERNAL_TOKEN
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    return bool(token) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), token)
+    return bearer_matches(request.headers.get("authorization", ""), settings.LORAHUB_INTERNAL_TOKEN)
+
+
+def from_internal_network(request: Request) -> bool:
+    """True if the caller is on the platform's own network (``LORAHUB_INTERNAL_NETWORKS``)
+    and did not come in through the router's public entrance, which marks what it forwards
+    (``apps/serving/haproxy.py``), however the path was spelled."""
+    if request.headers.get(PUBLIC_ENTRY_HEADER):
+        return False
+    caller = caller_address(
+        request.client.host if request.client else "", request.headers.getlist("x-forwarded-for")
+    )
+    return is_in(caller, internal_networks())
 
 
 class InternalApi:
@@ -77,7 +89,7 @@ class InternalApi:
         self.config, self.prewarmer, self.requests = config, prewarm, requests
 
     def _check(self, request: Request) -> None:
-        if not settings.LORAHUB_INTERNAL_TOKEN:
+        if not settings.LORAHUB_INTERNAL_TOKEN or not from_internal_network(request):
             raise oai.ApiError(404, "not found", code="not_found")
         if not has_internal_token(request):
             raise oai.ApiError(

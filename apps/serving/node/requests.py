@@ -54,6 +54,7 @@ from apps.serving.node_registry import node_header
 from apps.serving.stats import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
+from lorahub.addresses import caller_address
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -207,29 +208,30 @@ class RequestPath:
                 type_="authentication_error",
                 code="missing_api_key",
             )
-        client = request.client.host if request.client else ""
-        throttle = bad_keys()
-        wait_s = throttle.wait_s(client)
-        if wait_s:  # any key, a good one too: a guesser learns nothing while throttled
-            raise oai.ApiError(
-                429,
-                throttle_message(wait_s),
-                type_="rate_limit_error",
-                code="too_many_bad_keys",
-                retry_after=wait_s,
-            )
-        known = self.lookups.cached_caller(token.strip())
+        client = caller_address(
+            request.client.host if request.client else "",
+            request.headers.getlist("x-forwarded-for"),
+        )
+        token = token.strip()
+        known = self.lookups.cached_caller(token)
         caller = (
-            await offload.run(self.lookups.caller, token.strip(), client)
-            if known is UNKNOWN
-            else known
+            await offload.run(self.lookups.caller, token, client) if known is UNKNOWN else known
         )
         if isinstance(caller, Expired):  # a known key: not counted as a guess
             raise oai.ApiError(
                 401, caller.message, type_="authentication_error", code="key_expired"
             )
         if not isinstance(caller, Caller):
-            throttle.failed(client)
+            # a valid key is never refused: only failures count, and only the caller's own
+            wait_s = bad_keys().failed(client)
+            if wait_s:
+                raise oai.ApiError(
+                    429,
+                    throttle_message(wait_s),
+                    type_="rate_limit_error",
+                    code="too_many_bad_keys",
+                    retry_after=wait_s,
+                )
             raise oai.ApiError(
                 401,
                 "the API key is not valid or has been revoked",

@@ -38,9 +38,8 @@ class Command(BaseCommand):
             log_level="info",
             # the drain has already waited for the node's requests; this bounds what is left
             timeout_graceful_shutdown=10,
-            # the client address behind HAProxy (its X-Forwarded-For), for the bad-key throttle
-            proxy_headers=True,
-            forwarded_allow_ips=settings.LORAHUB_NODE_TRUSTED_PROXIES,
+            # the caller behind HAProxy is read by lorahub/addresses.py (trusted proxies only)
+            proxy_headers=False,
         )
         DrainingServer(config, app.state.node.drain).run()
 

@@ -65,6 +65,8 @@ class Command(BaseCommand):
                 "127.0.0.1",
                 "--port",
                 str(console_port),
+                # the caller's address is read by lorahub/addresses.py alone
+                "--no-proxy-headers",
             ],
             "worker": [
                 python,
