@@ -301,7 +301,8 @@ AXES_VERBOSE = False
 # OpenID Connect is on when an issuer is set: the console shows "Sign in with <name>" and takes
 # each user's roles from the provider's groups at every sign-in. The provider's endpoints come
 # from its discovery document; its keys from its key set (fetched again on an unknown key id).
-OIDC_ISSUER = env_str("LORAHUB_OIDC_ISSUER").rstrip("/")
+# the issuer exactly as the provider publishes it (a trailing "/" is kept: Auth0, authentik)
+OIDC_ISSUER = env_str("LORAHUB_OIDC_ISSUER").strip()
 OIDC_NAME = env_str("LORAHUB_OIDC_NAME", "single sign-on")
 OIDC_RP_CLIENT_ID = env_str("LORAHUB_OIDC_CLIENT_ID")
 OIDC_RP_CLIENT_SECRET = env_str("LORAHUB_OIDC_CLIENT_SECRET")
@@ -317,6 +318,8 @@ OIDC_MFA_AMR = env_list("LORAHUB_OIDC_MFA_AMR", ["mfa", "otp", "hwk", "swk", "sc
 OIDC_MFA_ACR = env_list("LORAHUB_OIDC_MFA_ACR", [])
 OIDC_TIMEOUT = env_int("LORAHUB_OIDC_TIMEOUT_S", 10, minimum=1)
 OIDC_CLOCK_SKEW_S = env_int("LORAHUB_OIDC_CLOCK_SKEW_S", 30, minimum=0)
+# a token signed with a key id not seen yet fetches the key set again at once, at most this often
+OIDC_KEY_REFETCH_S = env_int("LORAHUB_OIDC_KEY_REFETCH_S", 2, minimum=0)
 OIDC_RP_SIGN_ALGO = "RS256"
 OIDC_USE_PKCE = True
 OIDC_USE_NONCE = True

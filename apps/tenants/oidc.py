@@ -53,6 +53,8 @@ ENDPOINTS = {
     "OIDC_OP_USER_ENDPOINT": "userinfo_endpoint",
     "OIDC_OP_JWKS_ENDPOINT": "jwks_uri",
 }
+# set on the request by SignInCallback alone, after it checked the state
+CALLBACK_MARK = "_lorahub_oidc_callback"
 ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"]
 
 
@@ -76,7 +78,7 @@ def discovery() -> dict:
         cached = _discovered.get(issuer)
         if cached and time.monotonic() - cached[0] < DISCOVERY_TTL_S:
             return cached[1]
-    url = f"{issuer}/.well-known/openid-configuration"
+    url = f"{issuer.rstrip('/')}/.well-known/openid-configuration"
     try:
         response = requests.get(url, timeout=settings.OIDC_TIMEOUT)
         response.raise_for_status()
@@ -85,7 +87,7 @@ def discovery() -> dict:
         raise SignInRefused(
             f"the identity provider's discovery document ({url}) could not be read: {exc}"
         ) from None
-    if document.get("issuer", "").rstrip("/") != issuer:
+    if document.get("issuer") != issuer:  # exactly as published, a trailing "/" included
         raise SignInRefused(
             f"the provider at {url} calls itself {document.get('issuer')!r}, not {issuer!r}: "
             "check LORAHUB_OIDC_ISSUER"
@@ -113,8 +115,15 @@ def _key_set(uri: str) -> jwt.PyJWKClient:
     with _lock:
         client = _key_sets.get(uri)
         if client is None:
-            # keys cached; a token with an unknown key id fetches the set again (rotation)
-            client = jwt.PyJWKClient(uri, cache_keys=True, lifespan=3600, timeout=10)
+            # keys cached; a token with an unknown key id fetches the set again at once
+            # (rotation), at most once per LORAHUB_OIDC_KEY_REFETCH_S
+            client = jwt.PyJWKClient(
+                uri,
+                cache_keys=True,
+                lifespan=3600,
+                timeout=10,
+                cooldown_duration=settings.OIDC_KEY_REFETCH_S,
+            )
             _key_sets[uri] = client
         return client
 
@@ -153,7 +162,7 @@ def check_id_token(token: str, *, nonce: str | None) -> dict:
     azp = claims.get("azp")
     if azp and azp != settings.OIDC_RP_CLIENT_ID:
         raise SignInRefused("the provider's ID token was issued to another client (azp)")
-    if settings.OIDC_USE_NONCE and claims.get("nonce") != nonce:
+    if not nonce or claims.get("nonce") != nonce:  # a token without one answers no sign-in
         raise SignInRefused("the provider's ID token does not answer this sign-in (nonce)")
     return claims
 
@@ -192,6 +201,21 @@ class ProviderBackend(OIDCAuthenticationBackend):
     @property
     def OIDC_OP_USER_ENDPOINT(self) -> str | None:
         return discovery().get("userinfo_endpoint")
+
+    def authenticate(self, request: HttpRequest | None, **kwargs: Any):
+        """Only the callback view signs in through the provider, with the state it checked
+        and the sign-in's nonce and PKCE verifier. Django also offers every other
+        ``authenticate()`` to this backend (the password form's, the admin's): those get
+        nothing, whatever ``?code=`` their request carries."""
+        if (
+            request is None
+            or not getattr(request, CALLBACK_MARK, False)
+            or not kwargs.get("nonce")
+            or not kwargs.get("code_verifier")
+            or set(kwargs) - {"nonce", "code_verifier"}
+        ):
+            return None
+        return super().authenticate(request, **kwargs)
 
     def verify_token(self, token: str, **kwargs: Any) -> dict:
         claims = check_id_token(token, nonce=kwargs.get("nonce"))
@@ -306,6 +330,7 @@ class SignInCallback(OIDCAuthenticationCallbackView):
                 "this sign-in link was already used or does not belong to this browser "
                 "(state); start again",
             )
+        setattr(request, CALLBACK_MARK, True)  # the one caller ProviderBackend answers
         try:
             return super().get(request)
         except SignInRefused as exc:

@@ -45,7 +45,9 @@ def test_the_left_most_forwarded_for_value_is_never_believed(settings, tenant_a)
     router appends (or sets) what it saw, and that is what counts."""
     throttle.bad_keys.cache_clear()
     statuses = [
-        through_router("lh_00000000_x", f"10.9.9.{n}, 203.0.113.50").get("/api/adapters").status_code
+        through_router("lh_00000000_x", f"10.9.9.{n}, 203.0.113.50")
+        .get("/api/adapters")
+        .status_code
         for n in range(22)
     ]
     assert statuses.count(429) == 2, statuses
@@ -107,4 +109,4 @@ def test_no_deploy_file_trusts_every_proxy():
         text = path.read_text()
         assert "forwarded-allow-ips" not in text, path
         assert 'PROXIES\n              value: "*"' not in text, path
-        assert "TRUSTED_PROXIES: \"*\"" not in text, path
+        assert 'TRUSTED_PROXIES: "*"' not in text, path
