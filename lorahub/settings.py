@@ -111,7 +111,8 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("LORAHUB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin under the console's sign-in rules (lorahub/admin.py)
+    "lorahub.admin.LorahubAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -354,6 +355,9 @@ if OIDC_ISSUER:
     CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
         f"{_provider.scheme}://{_provider.netloc}"
     )
+# Django's admin (/admin/): off in production unless asked for; when on, the console's sign-in
+# rules apply to it (lorahub/admin.py)
+LORAHUB_DJANGO_ADMIN = env_bool("LORAHUB_DJANGO_ADMIN", not PRODUCTION)
 OTP_TOTP_ISSUER = env_str("LORAHUB_TOTP_ISSUER", "lorahub")
 
 LOGGING = {
