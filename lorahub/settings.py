@@ -136,6 +136,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # the caller's address from X-Forwarded-For, believed from LORAHUB_TRUSTED_PROXIES only
     "lorahub.addresses.CallerAddressMiddleware",
+    # bodies read into memory are bounded before anything reads them (lorahub/body_limit.py)
+    "lorahub.body_limit.BodyLimitMiddleware",
     # /healthz for probes, before the host and HTTPS checks (lorahub/health.py)
     "lorahub.health.HealthCheckMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -467,7 +469,9 @@ LORAHUB_RETIRED_PUBLIC_KEYS = env_list("LORAHUB_RETIRED_PUBLIC_KEYS", [])
 # Hard ceiling for one upload, whatever a tenant's quota says; uploads stream to disk beyond
 # FILE_UPLOAD_MAX_MEMORY_SIZE.
 LORAHUB_MAX_UPLOAD_MB = env_int("LORAHUB_MAX_UPLOAD_MB", 1024, minimum=1)
-DATA_UPLOAD_MAX_MEMORY_SIZE = None
+# Every other body (forms, JSON) the console reads into memory: bounded, or one anonymous
+# 300 MB POST takes the console's memory (CSRF reads the form before any view runs).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LORAHUB_MAX_BODY_KB", 10240, minimum=64) * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
 # --- API keys -------------------------------------------------------------------------------
@@ -476,13 +480,17 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 # "100/hour"). Counts are per process ("memory://") unless a shared store is named (redis://...).
 LORAHUB_BAD_KEY_LIMIT = env_str("LORAHUB_BAD_KEY_LIMIT", "20/minute")
 LORAHUB_BAD_KEY_STORAGE = env_str("LORAHUB_BAD_KEY_STORAGE", "memory://")
+# Audit events of nobody signed in (failed sign-ins, a provider's errors) per caller address
+LORAHUB_ANONYMOUS_AUDIT_LIMIT = env_str("LORAHUB_ANONYMOUS_AUDIT_LIMIT", "30/minute")
 try:
     import limits as _limits
 
     _limits.parse(LORAHUB_BAD_KEY_LIMIT)
+    _limits.parse(LORAHUB_ANONYMOUS_AUDIT_LIMIT)
 except ValueError:
     raise ImproperlyConfigured(
-        f"LORAHUB_BAD_KEY_LIMIT={LORAHUB_BAD_KEY_LIMIT!r} is not a rate; write e.g. 20/minute"
+        f"LORAHUB_BAD_KEY_LIMIT={LORAHUB_BAD_KEY_LIMIT!r} or LORAHUB_ANONYMOUS_AUDIT_LIMIT="
+        f"{LORAHUB_ANONYMOUS_AUDIT_LIMIT!r} is not a rate; write e.g. 20/minute"
     ) from None
 # The routers (HAProxy, an ingress) whose X-Forwarded-For the console and the nodes believe for
 # the caller's address (lorahub/addresses.py): addresses or networks, comma-separated; never *.
@@ -536,6 +544,8 @@ LORAHUB_TRACES_DIR = env_path("LORAHUB_TRACES_DIR", BASE_DIR.parent / "shared" /
 # Overload: concurrent generations, and requests allowed to wait for one; beyond, 503.
 LORAHUB_NODE_MAX_CONCURRENT = env_int("LORAHUB_NODE_MAX_CONCURRENT", 32, minimum=1)
 LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
+# The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.
+LORAHUB_NODE_MAX_BODY_KB = env_int("LORAHUB_NODE_MAX_BODY_KB", 4096, minimum=16)
 # A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503
 # for at least LEAVE_S (the router's health checks notice), and waits up to TIMEOUT_S for the
 # requests under way. Kubernetes' terminationGracePeriodSeconds must exceed preStop + TIMEOUT_S.

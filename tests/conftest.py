@@ -695,8 +695,10 @@ def _fresh_bad_key_counts() -> Iterator[None]:
     from apps.tenants import throttle
 
     throttle.bad_keys.cache_clear()
+    throttle._anonymous_audit_limiter.cache_clear()
     yield
     throttle.bad_keys.cache_clear()
+    throttle._anonymous_audit_limiter.cache_clear()
 
 
 @pytest.hookimpl(trylast=True)

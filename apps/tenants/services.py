@@ -192,6 +192,8 @@ def authenticate_api_key(plaintext: str, *, address: str | None = None) -> ApiKe
 
     A key past its expiry raises ``KeyExpired`` (401 ``key_expired``): its owner learns why.
     ``address`` is where the call came from, kept as the key's last address."""
+    if not plaintext.isascii() or not plaintext.isprintable():
+        return None  # a key is lh_ + letters and digits: anything else is simply wrong
     parts = plaintext.split("_", 2)
     if len(parts) != 3 or parts[0] != "lh" or len(parts[1]) != KEY_PREFIX_LEN:
         return None

@@ -8,6 +8,7 @@ factor (``SECOND_FACTOR_SESSION_KEY``); ``Principal.require_second_factor`` read
 
 from __future__ import annotations
 
+import logging
 import time
 from base64 import b32encode
 from typing import Any
@@ -30,10 +31,12 @@ from django_otp import devices_for_user
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
+from apps.tenants import throttle
 from apps.tenants.auth import METHOD_SESSION_KEY, SECOND_FACTOR_SESSION_KEY
 from apps.tenants.models import AuditEvent
 from apps.tenants.services import platform_roles
 
+log = logging.getLogger(__name__)
 PENDING_SESSION_KEY = "lorahub_pending_sign_in"
 PENDING_TTL_S = 300  # the code must follow the password within this
 RECOVERY_CODES = 10
@@ -52,7 +55,11 @@ def audit(
     after: dict | None = None,
     note: str = "",
 ) -> None:
-    """A sign-in event: who (the user, or the name or subject tried), how, from where."""
+    """A sign-in event: who (the user, or the name or subject tried), how, from where. Events
+    of nobody signed in are bounded per address (``throttle.may_audit_anonymous``)."""
+    if user is None and not throttle.may_audit_anonymous(client_address(request)):
+        log.warning("not audited (over the anonymous limit): %s %s %s", action, who, note)
+        return
     AuditEvent.objects.create(
         action=action,
         object_type="User",

@@ -52,3 +52,20 @@ def message(wait_s: int) -> str:
         f"too many invalid API keys from this address; wait {wait_s} s before trying another "
         "(a valid key is always answered; a new key is issued on the console's Keys page)"
     )
+
+
+ANONYMOUS_AUDIT = "lorahub-anonymous-audit"
+
+
+@functools.cache
+def _anonymous_audit_limiter() -> MovingWindowRateLimiter:
+    return MovingWindowRateLimiter(storage_from_string(settings.LORAHUB_BAD_KEY_STORAGE))
+
+
+def may_audit_anonymous(client: str) -> bool:
+    """Whether an event by nobody signed in (a failed sign-in, a provider's error) from this
+    address is written: at most ``LORAHUB_ANONYMOUS_AUDIT_LIMIT`` (default 30 a minute), so
+    anyone on the network cannot fill the audit log; past it, the event is logged only."""
+    return _anonymous_audit_limiter().hit(
+        parse(settings.LORAHUB_ANONYMOUS_AUDIT_LIMIT), ANONYMOUS_AUDIT, client
+    )

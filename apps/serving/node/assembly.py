@@ -38,6 +38,7 @@ from apps.serving.config import effective_config
 from apps.serving.node import lifeline
 from apps.serving.node.admission import Admission
 from apps.serving.node.background import BackgroundTasks
+from apps.serving.node.body_limit import BodyLimit
 from apps.serving.node.changes import ChangeFollower
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.drain import Drain
@@ -379,7 +380,10 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
             Route("/internal/test-seams/faults", internal.test_seam_faults, methods=["POST"]),
         ],
         lifespan=lifespan,
-        middleware=[Middleware(node.drain.middleware)],
+        middleware=[
+            Middleware(BodyLimit, limit_bytes=settings.LORAHUB_NODE_MAX_BODY_KB * 1024),
+            Middleware(node.drain.middleware),
+        ],
     )
     app.state.node = node
     return app
