@@ -1,6 +1,6 @@
 #!/bin/sh
-# The command a lorahub container runs: `console`, `worker`, `beat`, `migrate` (one-shot, the
-# others wait for it) or `node`; anything else runs as given (`manage.py ...`, a shell).
+# The command a lorahub container runs: `console`, `worker`, `webhooks`, `beat`, `migrate`
+# (one-shot, the others wait for it) or `node`; anything else runs as given (`manage.py ...`).
 # Each part is exec'd, so it receives the container's SIGTERM itself: gunicorn finishes its
 # requests, Celery its tasks, a node drains (apps/serving/node/drain.py).
 set -eu
@@ -26,12 +26,12 @@ wait_for() {
     done
 }
 case "$part" in
-    console | worker | beat | node | migrate)
+    console | worker | webhooks | beat | node | migrate)
         # a missing or bad setting stops the container now, naming the variable
         python manage.py check --deploy --fail-level ERROR >/dev/null ;;
 esac
 case "$part" in
-    console | worker | beat | node)
+    console | worker | webhooks | beat | node)
         wait_for "the database schema (the migrate step)" python manage.py migrate --check ;;
 esac
 
@@ -44,8 +44,12 @@ case "$part" in
             --timeout 120 --graceful-timeout 30 \
             --access-logfile - "$@" ;;
     worker)
-        exec celery -A lorahub worker --loglevel INFO \
+        exec celery -A lorahub worker --loglevel INFO -Q celery \
             --concurrency "${LORAHUB_WORKER_CONCURRENCY:-2}" "$@" ;;
+    webhooks)
+        # webhook deliveries alone: a slow receiver holds one of these slots, never a worker's
+        exec celery -A lorahub worker --loglevel INFO -Q webhooks -n "webhooks@%h" \
+            --concurrency "${LORAHUB_WEBHOOK_CONCURRENCY:-4}" "$@" ;;
     beat)
         # the schedule's state is rebuilt at start: the schedule itself lives in settings
         exec celery -A lorahub beat --loglevel INFO \

@@ -422,6 +422,16 @@ LORAHUB_WEBHOOK_ALLOW_PRIVATE = env_bool("LORAHUB_WEBHOOK_ALLOW_PRIVATE", False)
 LORAHUB_WEBHOOK_REQUIRE_HTTPS = env_bool("LORAHUB_WEBHOOK_REQUIRE_HTTPS", PRODUCTION)
 LORAHUB_WEBHOOK_TIMEOUT_S = env_int("LORAHUB_WEBHOOK_TIMEOUT_S", 10, minimum=1)
 LORAHUB_WEBHOOK_ATTEMPTS = env_int("LORAHUB_WEBHOOK_ATTEMPTS", 8, minimum=1)
+# deliveries never take a proxy from the environment (HTTP_PROXY...); one named here, they do
+LORAHUB_WEBHOOK_PROXY = env_str("LORAHUB_WEBHOOK_PROXY")
+# Webhook deliveries have a queue of their own: a receiver that answers slowly must not hold
+# the slots that validate uploads and judge releases. A worker started without -Q takes both
+# (`make run`, the tests); production runs `worker` (-Q celery) and `webhooks` (-Q webhooks).
+from kombu import Queue as _Queue  # noqa: E402
+
+CELERY_TASK_QUEUES = (_Queue("celery"), _Queue("webhooks"))
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_ROUTES = {"apps.tenants.tasks.deliver_webhook": {"queue": "webhooks"}}
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"

@@ -21,6 +21,11 @@ from apps.tenants.models import WebhookDelivery
     retry_jitter=True,
     max_retries=settings.LORAHUB_WEBHOOK_ATTEMPTS - 1,
     acks_late=True,
+    # its own queue (CELERY_TASK_ROUTES; production runs a worker for it alone, the
+    # entrypoint's `webhooks`), and a hard bound on one attempt beyond its own deadline
+    queue="webhooks",
+    soft_time_limit=settings.LORAHUB_WEBHOOK_TIMEOUT_S * 2 + 10,
+    time_limit=settings.LORAHUB_WEBHOOK_TIMEOUT_S * 2 + 20,
 )
 def deliver_webhook(self, delivery_id: int) -> str:
     return webhooks.attempt(delivery_id, final=self.request.retries >= self.max_retries)

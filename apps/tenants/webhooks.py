@@ -14,8 +14,11 @@ backoff until the receiver answers 2xx, so each event arrives at least once. Eac
   timestamp older than ``REPLAY_WINDOW_S`` (``lorahub_client.webhooks.verify`` does all three).
 
 The URL is the tenant's, so it must not reach inside the platform: an address that resolves to
-a private, loopback or link-local network is refused at delivery (``LORAHUB_WEBHOOK_ALLOW_
-PRIVATE=1`` for a platform whose receivers live there), and HTTPS is required in production.
+a private, loopback or link-local network (or an IPv6 form of one) is refused at delivery
+(``LORAHUB_WEBHOOK_ALLOW_PRIVATE=1`` for a platform whose receivers live there), the connection
+goes to the address that was checked, no proxy is taken from the environment, and HTTPS is
+required in production. Deliveries run on their own Celery queue (``webhooks``) with a time
+limit, so a slow receiver never holds the slots that judge releases.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def check_url(url: str) -> str:
-    """The URL as given, or ``Invalid`` saying why it cannot be a receiver."""
+    """The URL as given, or ``Invalid`` saying why it cannot be a receiver (checked when it is
+    saved, so a URL that could never be sent is never stored)."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Invalid(f"'{url}' is not an http(s) URL, e.g. https://hooks.example.com/lorahub")
@@ -76,28 +80,61 @@ def check_url(url: str) -> str:
         raise Invalid("webhooks must use https:// on this platform")
     if parts.username or parts.password:
         raise Invalid("put no credentials in the URL: the signature proves the sender")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise Invalid(f"'{url}' has no valid port: a port is a number from 1 to 65535")
+    try:
+        parts.hostname.encode("idna")
+    except UnicodeError:
+        raise Invalid(f"'{parts.hostname}' is not a valid host name") from None
     return url.strip()
 
 
-def check_address(url: str) -> None:
-    """Refuse a receiver inside the platform's networks (checked at each delivery, so a name
-    that is re-pointed later is caught too)."""
-    if settings.LORAHUB_WEBHOOK_ALLOW_PRIVATE:
-        return
-    host = urlsplit(url).hostname or ""
-    port = urlsplit(url).port or 443
+# IPv6 ranges that carry an IPv4 address, or tunnel to one, which Python counts as global:
+# a receiver there may reach 127.0.0.1 or a private network through the translation
+_TRANSLATED = [
+    ipaddress.ip_network(n)
+    for n in ("::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+]
+
+
+def refused_because(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """Why ``ip`` may not receive webhooks, or "" if it may."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return refused_because(ip.ipv4_mapped)
+        if any(ip in net for net in _TRANSLATED):
+            return "an IPv6 address that stands for an IPv4 one (IPv4-compatible, NAT64, 6to4)"
+    if not ip.is_global:
+        return "an address inside a private network"
+    return ""
+
+
+def resolve_receiver(url: str) -> str:
+    """The one address a delivery connects to: the receiver's name resolved once, each of its
+    addresses checked (unless private receivers are allowed). The connection is pinned to it,
+    so a name that resolves elsewhere a moment later (DNS rebinding) changes nothing."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port)}
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise Invalid(f"the receiver's host '{host}' does not resolve: {exc}") from None
-    for address in addresses:
-        ip = ipaddress.ip_address(address.split("%")[0])
-        if not ip.is_global:
-            raise Invalid(
-                f"the receiver '{host}' resolves to {ip}, an address inside a private network; "
-                "webhooks go to public receivers (an operator can allow private ones: "
-                "LORAHUB_WEBHOOK_ALLOW_PRIVATE)"
-            )
+    addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    if not settings.LORAHUB_WEBHOOK_ALLOW_PRIVATE:
+        for ip in addresses:
+            if reason := refused_because(ip):
+                raise Invalid(
+                    f"the receiver '{host}' resolves to {ip}, {reason}; webhooks go to public "
+                    "receivers (an operator can allow private ones: LORAHUB_WEBHOOK_ALLOW_PRIVATE)"
+                )
+    if not addresses:
+        raise Invalid(f"the receiver's host '{host}' has no address")
+    return str(addresses[0])
 
 
 @transaction.atomic
@@ -194,8 +231,50 @@ class DeliveryFailed(Exception):
     """The receiver did not take the delivery; the worker tries again later."""
 
 
+# how much of a receiver's answer is read: enough for an error message, never its memory
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """POST to the receiver at its checked address (Host and TLS name kept), with no proxy but
+    ``LORAHUB_WEBHOOK_PROXY`` and no redirects, within ``LORAHUB_WEBHOOK_TIMEOUT_S`` in all:
+    the status and the start of the answer. A receiver that drips its answer is cut off."""
+    import httpx
+
+    parts = urlsplit(url)
+    address = resolve_receiver(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    pinned = parts._replace(netloc=f"[{address}]:{port}" if ":" in address else f"{address}:{port}")
+    limit_s = settings.LORAHUB_WEBHOOK_TIMEOUT_S
+    deadline = time.monotonic() + limit_s
+    extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
+    with (
+        httpx.Client(
+            trust_env=False,
+            proxy=settings.LORAHUB_WEBHOOK_PROXY or None,
+            timeout=httpx.Timeout(limit_s),
+            follow_redirects=False,
+        ) as client,
+        client.stream(
+            "POST",
+            pinned.geturl(),
+            content=body,
+            headers={**headers, "Host": parts.netloc},
+            extensions=extensions,
+        ) as response,
+    ):
+        answer = b""
+        for chunk in response.iter_raw():
+            answer += chunk
+            if len(answer) >= MAX_ANSWER_BYTES or time.monotonic() > deadline:
+                break
+        return response.status_code, answer[:200].decode("utf-8", "replace")
+
+
 def attempt(delivery_id: int, *, final: bool) -> str:
-    """One attempt at a delivery: its new state. ``final``: the last attempt (failure gives up)."""
+    """One attempt at a delivery: its new state. ``final``: the last attempt (failure gives up).
+    Every attempt is recorded, one that fails before anything is sent too; a delivery whose
+    URL can never be sent ends at once instead of being tried again."""
     import httpx
 
     delivery = WebhookDelivery.objects.select_related("webhook").filter(pk=delivery_id).first()
@@ -204,30 +283,38 @@ def attempt(delivery_id: int, *, final: bool) -> str:
     hook = delivery.webhook
     body = body_of(delivery)
     timestamp = int(time.time())
-    status, error = None, ""
+    status, error, hopeless = None, "", False
     try:
-        check_address(hook.url)
-        response = httpx.post(
-            hook.url,
-            content=body,
-            headers={
-                "Content-Type": "application/json",
-                "User-Agent": "lorahub-webhooks/1",
-                "X-Lorahub-Event": delivery.event,
-                "X-Lorahub-Delivery": str(delivery.delivery_id),
-                "X-Lorahub-Timestamp": str(timestamp),
-                "X-Lorahub-Signature": sign(hook.secret, timestamp, body),
-            },
-            timeout=settings.LORAHUB_WEBHOOK_TIMEOUT_S,
-            follow_redirects=False,
-        )
-        status = response.status_code
-        if not 200 <= status < 300:
-            error = f"the receiver answered {status}: {response.text[:200]}"
+        check_url(hook.url)
     except Invalid as exc:
-        error = exc.message
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"[:300]
+        error, hopeless = f"this URL cannot be sent to: {exc.message}", True
+    if not error:
+        try:
+            status, answer = post(
+                hook.url,
+                body,
+                {
+                    "Content-Type": "application/json",
+                    "User-Agent": "lorahub-webhooks/1",
+                    "X-Lorahub-Event": delivery.event,
+                    "X-Lorahub-Delivery": str(delivery.delivery_id),
+                    "X-Lorahub-Timestamp": str(timestamp),
+                    "X-Lorahub-Signature": sign(hook.secret, timestamp, body),
+                },
+            )
+            if not 200 <= status < 300:
+                error = f"the receiver answered {status}: {answer}"
+        except Invalid as exc:
+            error = exc.message
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        except Exception as exc:  # whatever it was, it is recorded, and the worker goes on
+            logger.warning("webhook delivery %s failed before sending", delivery.pk, exc_info=True)
+            error, hopeless = f"{type(exc).__name__}: {exc}"[:300], True
+    return _record(delivery, status, error, final=final or hopeless)
+
+
+def _record(delivery: WebhookDelivery, status: int | None, error: str, *, final: bool) -> str:
     now = timezone.now()
     delivered = not error
     state = (

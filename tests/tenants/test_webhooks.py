@@ -101,7 +101,7 @@ def test_signatures_verify_and_a_changed_body_or_an_old_call_is_refused():
 def test_a_receiver_inside_the_platform_is_refused(settings, url):
     settings.LORAHUB_WEBHOOK_ALLOW_PRIVATE = False
     with pytest.raises(Invalid, match="inside a private network"):
-        webhooks.check_address(url)
+        webhooks.resolve_receiver(url)
 
 
 def test_bad_urls_and_events_are_refused_and_nothing_is_stored(settings, db, tenant_a):
