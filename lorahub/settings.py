@@ -71,28 +71,63 @@ DEBUG = env_bool("LORAHUB_DEBUG", False)
 # embedded defaults (SQLite, a local folder for S3, a key generated per checkout) are refused,
 # and the console's transport security is on (see "production" below).
 PRODUCTION = env_bool("LORAHUB_PRODUCTION", False)
+# Which part of the platform this process is: the control plane (console, worker, beat) or a
+# serving node (the node image sets LORAHUB_PROCESS=node). A node gets the least it needs: it
+# verifies signatures with the published public keys, signs no session and opens no sealed
+# secret, so the signing key, SECRET_KEY and the field keys are refused on it.
+PROCESS = env_str("LORAHUB_PROCESS", "control-plane")
+if PROCESS not in ("control-plane", "node"):
+    raise ImproperlyConfigured(f"LORAHUB_PROCESS={PROCESS!r}: use control-plane or node")
+NODE_PROCESS = PROCESS == "node"
 PRODUCTION_REQUIRED = {
     "LORAHUB_SECRET_KEY": "the key that signs console sessions; 50+ random characters",
     "LORAHUB_ALLOWED_HOSTS": "the host names the console answers to, comma-separated",
     "DATABASE_URL": "PostgreSQL, e.g. postgres://lorahub:secret@db:5432/lorahub",
-    "CELERY_BROKER_URL": "Redis, e.g. redis://redis:6379/0",
+    "CELERY_BROKER_URL": "Redis, e.g. redis://:password@redis:6379/0",
     "LORAHUB_S3_ENDPOINT": "the S3-compatible store, e.g. http://minio:9000",
     "LORAHUB_INTERNAL_TOKEN": "the token the console and HAProxy's checks use on nodes",
+    "LORAHUB_FIELD_KEYS": "the Fernet key(s) that seal TOTP keys and webhook secrets",
+}
+NODE_REQUIRED = {
+    name: PRODUCTION_REQUIRED[name]
+    for name in (
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "LORAHUB_S3_ENDPOINT",
+        "LORAHUB_INTERNAL_TOKEN",
+    )
+}
+NODE_REFUSED = {
+    "LORAHUB_SECRET_KEY": "a node signs no session",
+    "LORAHUB_SIGNING_KEY": "a node verifies with the published public keys only",
+    "LORAHUB_SIGNING_KEY_FILE": "a node verifies with the published public keys only",
+    "LORAHUB_FIELD_KEYS": "a node opens no sealed secret",
 }
 if PRODUCTION:
     if DEBUG:
         raise ImproperlyConfigured("LORAHUB_DEBUG must be off when LORAHUB_PRODUCTION=1")
-    for _name, _what in PRODUCTION_REQUIRED.items():
+    for _name, _what in (NODE_REQUIRED if NODE_PROCESS else PRODUCTION_REQUIRED).items():
         if not os.environ.get(_name, "").strip():
             raise ImproperlyConfigured(
                 f"{_name} must be set when LORAHUB_PRODUCTION=1 (the images set it): {_what}"
             )
+    if NODE_PROCESS:
+        for _name, _why in NODE_REFUSED.items():
+            if os.environ.get(_name, "").strip():
+                raise ImproperlyConfigured(
+                    f"{_name} is set on a serving node: remove it from the node's environment "
+                    f"({_why}; docs/security.md, least privilege)"
+                )
 SECRET_KEY = env_str("LORAHUB_SECRET_KEY")
-if PRODUCTION and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
+if PRODUCTION and not NODE_PROCESS and (len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5):
     raise ImproperlyConfigured(
         "LORAHUB_SECRET_KEY is too weak: use 50 or more random characters, e.g. "
         "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
     )
+if not SECRET_KEY and NODE_PROCESS:
+    import secrets
+
+    SECRET_KEY = secrets.token_urlsafe(50)  # per process: a node signs nothing with it
 if not SECRET_KEY:
     if not DEBUG and env_bool("LORAHUB_REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("LORAHUB_SECRET_KEY must be set in production")
@@ -107,6 +142,25 @@ if not SECRET_KEY:
         _key_file.parent.mkdir(parents=True, exist_ok=True)
         _key_file.write_text(SECRET_KEY)
         _key_file.chmod(0o600)
+if PRODUCTION:
+    # every secret refuses a placeholder or a short value at start, naming the variable
+    from lorahub.tokens import check_secret as _check_secret
+    from lorahub.tokens import url_password as _url_password
+
+    for _name in (
+        "LORAHUB_SECRET_KEY",
+        "LORAHUB_INTERNAL_TOKEN",
+        "LORAHUB_S3_SECRET_KEY",
+        "LORAHUB_OIDC_CLIENT_SECRET",
+    ):
+        _check_secret(_name, env_str(_name))
+    for _name in ("DATABASE_URL", "CELERY_BROKER_URL", "LORAHUB_BAD_KEY_STORAGE"):
+        _check_secret(f"{_name}'s password", _url_password(env_str(_name)), min_length=12)
+    if env_str("LORAHUB_SIGNING_KEY") and "PRIVATE KEY" not in env_str("LORAHUB_SIGNING_KEY"):
+        raise ImproperlyConfigured(
+            "LORAHUB_SIGNING_KEY is not a PEM private key (still a placeholder?): "
+            "openssl genpkey -algorithm ed25519"
+        )
 
 ALLOWED_HOSTS = env_list("LORAHUB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 
@@ -360,6 +414,25 @@ if OIDC_ISSUER:
 # Django's admin (/admin/): off in production unless asked for; when on, the console's sign-in
 # rules apply to it (lorahub/admin.py)
 LORAHUB_DJANGO_ADMIN = env_bool("LORAHUB_DJANGO_ADMIN", not PRODUCTION)
+# The keys that seal TOTP keys and webhook secrets at rest (apps/tenants/sealing.py): Fernet
+# keys, comma-separated; the first seals, every one opens. Required in production for the
+# control plane; a serving node never holds them. The embedded default is made per checkout.
+LORAHUB_FIELD_KEYS = env_list("LORAHUB_FIELD_KEYS", [])
+if not LORAHUB_FIELD_KEYS and not (PRODUCTION or NODE_PROCESS):
+    _field_keys = VAR_DIR / "field-keys"
+    if not _field_keys.exists():
+        import base64
+        import secrets
+
+        _field_keys.parent.mkdir(parents=True, exist_ok=True)
+        _field_keys.write_text(base64.urlsafe_b64encode(secrets.token_bytes(32)).decode())
+        _field_keys.chmod(0o600)
+    LORAHUB_FIELD_KEYS = [_field_keys.read_text().strip()]
+# How recent a password (and code) must be to set up a first second factor as a reviewer or
+# operator, or to make new recovery codes
+LORAHUB_FRESH_SIGN_IN_S = env_int("LORAHUB_FRESH_SIGN_IN_S", 600, minimum=30)
+# Admin API keys stand in for a second factor: they must expire, within this many days
+LORAHUB_ADMIN_KEY_MAX_DAYS = env_int("LORAHUB_ADMIN_KEY_MAX_DAYS", 90, minimum=1)
 OTP_TOTP_ISSUER = env_str("LORAHUB_TOTP_ISSUER", "lorahub")
 
 LOGGING = {

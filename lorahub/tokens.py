@@ -52,3 +52,13 @@ def check_secret(name: str, value: str, *, min_length: int = 16) -> None:
             f"{name} is too short or too simple: use {min_length} or more random characters, "
             "e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
         )
+
+
+def url_password(url: str) -> str:
+    """The password in a service URL (``postgres://user:PASSWORD@host/db``), or ""."""
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:
+        return ""

@@ -131,7 +131,9 @@ def principal_for_key(key: ApiKey) -> Principal:
         tenant_ids=frozenset({key.tenant_id}),
         admin_tenant_ids=frozenset({key.tenant_id}) if key.admin else frozenset(),
         roles=frozenset(),
-        second_factor="admin key" if key.admin else "",
+        # an admin key counts as a second factor only while it must expire (older admin keys
+        # made without an expiry do not)
+        second_factor="admin key" if key.admin and key.expires_at is not None else "",
     )
 
 

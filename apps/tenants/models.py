@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from binascii import unhexlify
+
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice, default_key
 
+from apps.tenants import sealing
 from apps.tenants.choices import Priority, TenantRole
 
 slug_validator = RegexValidator(
@@ -180,7 +185,8 @@ class Webhook(models.Model):
         Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="webhooks"
     )
     url = models.URLField(max_length=500)
-    secret = models.CharField(max_length=64)  # signs each body; shown once at creation
+    # signs each body; shown once at creation, kept sealed (apps/tenants/sealing.py)
+    secret = models.CharField(max_length=255)
     events = models.JSONField(default=list, blank=True)  # [] for every event
     format = models.CharField(max_length=8, choices=Format.choices, default=Format.LORAHUB)
     active = models.BooleanField(default=True)
@@ -191,6 +197,11 @@ class Webhook(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+
+    @property
+    def signing_secret(self) -> str:
+        """The secret itself (the column holds it sealed)."""
+        return sealing.unseal(self.secret)
 
     def __str__(self) -> str:
         return f"{self.tenant.slug if self.tenant else 'platform'} → {self.url}"
@@ -226,3 +237,51 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} → {self.webhook.url} ({self.state})"
+
+
+# --- the second factor's devices, sealed at rest (apps/tenants/sealing.py) ----------------
+
+
+class SealedTOTPDevice(TOTPDevice):
+    """django-otp's TOTP device whose key column holds the key sealed (``key`` is never the
+    plain hex key): a database reader cannot compute anyone's codes."""
+
+    class Meta:
+        proxy = True
+
+    @classmethod
+    def create_for(cls, user, *, name: str) -> SealedTOTPDevice:
+        return cls.objects.create(
+            user=user, name=name, confirmed=False, key=sealing.seal(default_key())
+        )
+
+    @property
+    def bin_key(self) -> bytes:
+        return unhexlify(sealing.unseal(self.key).encode())
+
+
+class HashedRecoveryCodes(StaticDevice):
+    """django-otp's static device whose tokens are keyed digests of the recovery codes, never
+    the codes (``sealing.code_digests``)."""
+
+    class Meta:
+        proxy = True
+
+    def set_codes(self, codes: list[str]) -> None:
+        StaticToken.objects.bulk_create(
+            StaticToken(device=self, token=sealing.code_digests(code)[0]) for code in codes
+        )
+
+    def verify_token(self, token: str) -> bool:
+        allowed, _ = self.verify_is_allowed()
+        if not allowed:
+            return False
+        match = self.token_set.filter(token__in=sealing.code_digests(token)).first()
+        if match is None:
+            self.throttle_increment()
+            return False
+        match.delete()
+        self.throttle_reset(commit=False)
+        self.set_last_used_timestamp(commit=False)
+        self.save()
+        return True

@@ -8,6 +8,7 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
@@ -135,6 +136,17 @@ def issue_api_key(
             raise Invalid(
                 f"the expiry {expires_at:%Y-%m-%d %H:%M} UTC has passed; give a moment in the "
                 "future, or none for a key that lasts until it is revoked"
+            )
+    if admin:
+        # an admin key stands in for a second factor, so it must end, within the operators'
+        # maximum (LORAHUB_ADMIN_KEY_MAX_DAYS); none given: the maximum
+        longest = timezone.now() + timedelta(days=settings.LORAHUB_ADMIN_KEY_MAX_DAYS)
+        if expires_at is None:
+            expires_at = longest
+        elif expires_at > longest:
+            raise Invalid(
+                f"an admin key expires within {settings.LORAHUB_ADMIN_KEY_MAX_DAYS} days on this "
+                f"platform (at the latest {longest:%Y-%m-%d}); give an earlier expiry"
             )
     unexpired = ApiKey.objects.active().exclude(expires_at__lte=timezone.now())
     if unexpired.filter(tenant=tenant, name=name).exists():

@@ -29,16 +29,16 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_otp import devices_for_user
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
-from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from apps.tenants import throttle
 from apps.tenants.auth import METHOD_SESSION_KEY, SECOND_FACTOR_SESSION_KEY
-from apps.tenants.models import AuditEvent
+from apps.tenants.models import AuditEvent, HashedRecoveryCodes, SealedTOTPDevice
 from apps.tenants.services import platform_roles
 
 log = logging.getLogger(__name__)
 PENDING_SESSION_KEY = "lorahub_pending_sign_in"
 PENDING_TTL_S = 300  # the code must follow the password within this
+SIGNED_IN_AT_SESSION_KEY = "lorahub_signed_in_at"
 RECOVERY_CODES = 10
 
 
@@ -77,6 +77,7 @@ def complete_sign_in(
     login(request, user, backend=backend)
     request.session[METHOD_SESSION_KEY] = method
     request.session[SECOND_FACTOR_SESSION_KEY] = second_factor
+    request.session[SIGNED_IN_AT_SESSION_KEY] = time.time()
     audit(
         request,
         "sign_in",
@@ -167,7 +168,7 @@ def check_code(user: Any, code: str) -> Any:
     recovery code. One device per code, so a wrong code slows down only the device it was
     meant for (django-otp's throttling)."""
     code = code.replace(" ", "").replace("-", "")
-    kind = TOTPDevice if code.isdigit() and len(code) == 6 else StaticDevice
+    kind = SealedTOTPDevice if code.isdigit() and len(code) == 6 else HashedRecoveryCodes
     device = kind.objects.filter(user=user, confirmed=True).first()
     if device is None or not device.verify_is_allowed()[0]:
         return None
@@ -224,11 +225,37 @@ def _qr_svg(uri: str) -> str:
 
 
 def _new_recovery_codes(user: Any) -> list[str]:
+    """New codes for ``user`` (the old ones stop): shown once, stored as digests only."""
     StaticDevice.objects.filter(user=user).delete()
-    device = StaticDevice.objects.create(user=user, name="recovery codes", confirmed=True)
+    device = HashedRecoveryCodes.objects.create(user=user, name="recovery codes", confirmed=True)
     codes = [StaticToken.random_token() for _ in range(RECOVERY_CODES)]
-    StaticToken.objects.bulk_create(StaticToken(device=device, token=c) for c in codes)
+    device.set_codes(codes)
     return codes
+
+
+def fresh_sign_in(request: HttpRequest) -> bool:
+    """Whether this session signed in (password, and code where there is one) within
+    ``LORAHUB_FRESH_SIGN_IN_S``: a session left open, or stolen, cannot bind a new factor."""
+    at = request.session.get(SIGNED_IN_AT_SESSION_KEY) or 0
+    return time.time() - at <= settings.LORAHUB_FRESH_SIGN_IN_S
+
+
+STALE_SESSION = (
+    "Sign out and in again first: setting up a second factor or making new recovery codes "
+    "needs a sign-in from the last {minutes} minutes."
+)
+
+
+def _second_factor_changed(request: HttpRequest, user: Any, action: str, **after: Any) -> None:
+    """Audited, and told to the operators (their platform-wide webhooks)."""
+    from apps.tenants import webhooks
+
+    audit(request, action, user=user, after=after)
+    webhooks.notify(
+        "second_factor.changed",
+        tenant=None,
+        data={"user": user.get_username(), "change": action, "roles": platform_roles(user)},
+    )
 
 
 def second_factor(request: HttpRequest) -> HttpResponse:
@@ -237,8 +264,9 @@ def second_factor(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect(f"{settings.LOGIN_URL}?next={request.path}")
     user = request.user
-    totp = TOTPDevice.objects.filter(user=user, confirmed=True).first()
+    totp = SealedTOTPDevice.objects.filter(user=user, confirmed=True).first()
     session_factor = request.session.get(SECOND_FACTOR_SESSION_KEY, "")
+    fresh = fresh_sign_in(request)
     context: dict[str, Any] = {
         "enrolled": totp is not None,
         "session_factor": session_factor,
@@ -247,15 +275,18 @@ def second_factor(request: HttpRequest) -> HttpResponse:
     }
     if request.method == "POST":
         action = request.POST.get("action")
-        if action == "confirm" and totp is None:
-            pending = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+        stale = STALE_SESSION.format(minutes=settings.LORAHUB_FRESH_SIGN_IN_S // 60)
+        if action == "confirm" and totp is None and context["required"] and not fresh:
+            context["error"] = stale
+        elif action == "confirm" and totp is None:
+            pending = SealedTOTPDevice.objects.filter(user=user, confirmed=False).first()
             code = (request.POST.get("code") or "").replace(" ", "")
             if pending is not None and pending.verify_token(code):
                 with transaction.atomic():
                     pending.confirmed = True
                     pending.save(update_fields=["confirmed"])
                     codes = _new_recovery_codes(user)
-                    audit(request, "second_factor.enrol", user=user, after={"device": "totp"})
+                    _second_factor_changed(request, user, "second_factor.enrol", device="totp")
                 request.session[SECOND_FACTOR_SESSION_KEY] = "totp"
                 return render(request, "registration/recovery_codes.html", {"codes": codes})
             context["error"] = (
@@ -268,9 +299,11 @@ def second_factor(request: HttpRequest) -> HttpResponse:
                     "Sign out and in again with your code first: this session did not pass "
                     "your second factor."
                 )
+            elif action == "codes" and not fresh:
+                context["error"] = stale
             elif action == "codes":
                 codes = _new_recovery_codes(user)
-                audit(request, "second_factor.recovery_codes", user=user)
+                _second_factor_changed(request, user, "second_factor.recovery_codes")
                 return render(request, "registration/recovery_codes.html", {"codes": codes})
             else:
                 reset(user)
@@ -279,9 +312,9 @@ def second_factor(request: HttpRequest) -> HttpResponse:
                 messages.success(request, "Your second factor is removed.")
                 return redirect("second_factor")
     if totp is None and context["method"] != "oidc":
-        device = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+        device = SealedTOTPDevice.objects.filter(user=user, confirmed=False).first()
         if device is None:
-            device = TOTPDevice.objects.create(user=user, name="authenticator", confirmed=False)
+            device = SealedTOTPDevice.create_for(user, name="authenticator")
         context["secret"] = b32encode(device.bin_key).decode()
         context["qr"] = _qr_svg(device.config_url)
     status = 422 if "error" in context else 200

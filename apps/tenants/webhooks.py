@@ -40,6 +40,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.tenants import sealing
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Tenant, Webhook, WebhookDelivery
 
@@ -56,9 +57,12 @@ EVENTS = {
     "version.rejected": "an upload was rejected (by validation or by a reviewer)",
     "version.approved": "a reviewer approved and signed a version",
     "node.down": "a serving node stopped heartbeating or its engine died (operators only)",
+    "second_factor.changed": "a user set up a second factor or made new recovery codes "
+    "(operators only)",
     "ping": "a test sent from the console",
 }
-PLATFORM_EVENTS = {"version.quarantined", "node.down"}
+PLATFORM_EVENTS = {"version.quarantined", "node.down", "second_factor.changed"}
+OPERATOR_ONLY_EVENTS = {"node.down", "second_factor.changed"}
 
 
 def new_secret() -> str:
@@ -146,12 +150,13 @@ def create(
         raise Invalid(f"unknown event(s): {', '.join(unknown)}; known: {', '.join(EVENTS)}")
     if format not in Webhook.Format.values:
         raise Invalid(f"format must be one of {', '.join(Webhook.Format.values)}")
-    if tenant is not None and "node.down" in events:
-        raise Invalid("node.down goes to the operators' platform-wide webhooks only")
+    if tenant is not None and OPERATOR_ONLY_EVENTS & set(events):
+        names = ", ".join(sorted(OPERATOR_ONLY_EVENTS & set(events)))
+        raise Invalid(f"{names}: the operators' platform-wide webhooks only")
     hook = Webhook.objects.create(
         tenant=tenant,
         url=check_url(url),
-        secret=new_secret(),
+        secret=sealing.seal(new_secret()),
         events=sorted(set(events)),
         format=format,
         created_by=actor if actor is not None and actor.is_authenticated else None,
@@ -299,7 +304,7 @@ def attempt(delivery_id: int, *, final: bool) -> str:
                     "X-Lorahub-Event": delivery.event,
                     "X-Lorahub-Delivery": str(delivery.delivery_id),
                     "X-Lorahub-Timestamp": str(timestamp),
-                    "X-Lorahub-Signature": sign(hook.secret, timestamp, body),
+                    "X-Lorahub-Signature": sign(hook.signing_secret, timestamp, body),
                 },
             )
             if not 200 <= status < 300:

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from apps.tenants import webhooks
+from apps.tenants import sealing, webhooks
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Webhook, WebhookDelivery
 
@@ -56,7 +56,9 @@ class Receiver:
 
 
 def delivery_to(url: str, tenant) -> WebhookDelivery:
-    hook = Webhook.objects.create(tenant=tenant, url=url, secret="whsec_test", events=[])
+    hook = Webhook.objects.create(
+        tenant=tenant, url=url, secret=sealing.seal("whsec_test"), events=[]
+    )
     return WebhookDelivery.objects.create(
         webhook=hook, delivery_id=uuid.uuid4(), event="ping", payload={"summary": "x"}
     )

@@ -9,11 +9,11 @@ from base64 import b32decode
 import pytest
 from django.test import Client
 from django_otp.oath import TOTP
-from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from apps.registry.models import AdapterVersion
 from apps.tenants import services as tenant_services
 from apps.tenants.models import AuditEvent
+from apps.tenants.models import SealedTOTPDevice as TOTPDevice
 from tests.helpers import pending_version
 
 pytestmark = pytest.mark.django_db
