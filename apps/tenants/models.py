@@ -198,13 +198,13 @@ class Webhook(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"{self.tenant.slug if self.tenant else 'platform'} → {self.url}"
+
     @property
     def signing_secret(self) -> str:
         """The secret itself (the column holds it sealed)."""
         return sealing.unseal(self.secret)
-
-    def __str__(self) -> str:
-        return f"{self.tenant.slug if self.tenant else 'platform'} → {self.url}"
 
     def wants(self, event: str) -> bool:
         return self.active and (not self.events or event in self.events)

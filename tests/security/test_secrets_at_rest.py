@@ -63,7 +63,7 @@ def test_a_key_rotation_keeps_sign_in_and_webhook_signing_working(settings, tena
     settings.REQUIRE_SECOND_FACTOR = True
     rita = Client()
     rita.post("/accounts/login/", {"username": "rita", "password": "rita-pass-123"})
-    device, codes = enrolled(rita)
+    device, _ = enrolled(rita)
     hook = webhooks.create(
         tenant=tenant_a, url="https://hooks.example.com/x", events=[], format="lorahub", actor=None
     )

@@ -139,7 +139,8 @@ def test_a_slack_webhook_gets_text_and_the_event(db, tenant_a):
     assert body["text"] == (
         "lorahub: an upload was rejected (by validation or by a reviewer): support@v9 (rank 0)"
     )
-    assert body["lorahub"]["event"] == "version.rejected" and hook.signing_secret.startswith("whsec_")
+    assert body["lorahub"]["event"] == "version.rejected"
+    assert hook.signing_secret.startswith("whsec_")
 
 
 def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_once(
