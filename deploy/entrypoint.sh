@@ -56,6 +56,10 @@ case "$part" in
             --schedule /tmp/celerybeat-schedule "$@" ;;
     migrate)
         wait_for "the database" python manage.py migrate --noinput
+        # the nodes' database role: reads the registry, writes request rows and rollups only
+        if [ -n "${LORAHUB_NODE_DB_PASSWORD:-}" ]; then
+            python manage.py node_db_role "${LORAHUB_NODE_DB_ROLE:-lorahub_node}"
+        fi
         # publishes the signing key's public half (creates the key file when none is given)
         exec python manage.py init_signing_key ;;
     node)

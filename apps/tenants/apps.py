@@ -11,3 +11,4 @@ class TenantsConfig(AppConfig):
     def ready(self) -> None:
         # the sign-in audit's signal receiver, and the check of the groups → roles mapping
         from apps.tenants import roles, signin  # noqa: F401
+        from lorahub import checks  # noqa: F401  (check --deploy: the trust boundary)

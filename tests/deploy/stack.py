@@ -10,6 +10,7 @@ HAProxy, Prometheus) are stand-ins built from Debian's packages and PyPI, chosen
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import contextlib
 import json
@@ -228,6 +229,9 @@ class Stack:
             "LORAHUB_INTERNAL_TOKEN": self.internal_token,
             "LORAHUB_ALLOWED_HOSTS": "127.0.0.1,localhost",
             "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
+            "LORAHUB_NODE_DB_PASSWORD": secrets.token_urlsafe(16),
+            "REDIS_PASSWORD": secrets.token_urlsafe(16),
+            "LORAHUB_FIELD_KEYS": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
             "S3_ACCESS_KEY": "lorahub",
             "S3_SECRET_KEY": secrets.token_urlsafe(16),
             "LORAHUB_MODEL_DIR": str(demo_model),

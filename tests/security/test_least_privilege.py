@@ -1,0 +1,183 @@
+"""Point 10 of the threat model: each process gets only the secrets it needs, nodes connect
+as a database role that cannot change the registry or read second factors, the deploy files
+expose nothing more than the console and the router, and production refuses placeholders."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.db import connection
+
+from lorahub import checks
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def privilege(role: str, table: str, what: str, column: str | None = None) -> bool:
+    with connection.cursor() as cursor:
+        if column:
+            cursor.execute(
+                "SELECT has_column_privilege(%s, %s, %s, %s)", [role, table, column, what]
+            )
+        else:
+            cursor.execute("SELECT has_table_privilege(%s, %s, %s)", [role, table, what])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_node_role_reads_the_registry_and_writes_request_rows_only(monkeypatch):
+    role = f"lorahub_node_{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("LORAHUB_NODE_DB_PASSWORD", secrets.token_urlsafe(16))
+    call_command("node_db_role", role)
+    try:
+        assert privilege(role, "registry_adapterversion", "SELECT")
+        assert privilege(role, "registry_alias", "SELECT")
+        assert privilege(role, "serving_requestlog", "INSERT")
+        assert privilege(role, "serving_servingnode", "UPDATE")
+        assert privilege(role, "tenants_apikey", "UPDATE", "last_used_at")
+        # what a node must never do
+        assert not privilege(role, "registry_adapterversion", "UPDATE")
+        assert not privilege(role, "registry_alias", "INSERT")
+        assert not privilege(role, "tenants_apikey", "UPDATE", "key_hash")
+        assert not privilege(role, "tenants_apikey", "INSERT")
+        assert not privilege(role, "auth_user", "SELECT")  # password hashes
+        assert not privilege(role, "django_session", "SELECT")
+        assert not privilege(role, "otp_totp_totpdevice", "SELECT")
+        assert not privilege(role, "otp_static_statictoken", "SELECT")
+        assert privilege(role, "django_migrations", "SELECT")  # the entrypoint's wait
+        call_command("node_db_role", role)  # again: idempotent
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP OWNED BY "{role}"')
+            cursor.execute(f'DROP ROLE "{role}"')
+
+
+def production_check(env: dict[str, str]) -> subprocess.CompletedProcess:
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("LORAHUB_", "DATABASE_URL", "CELERY_"))
+    }
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "ERROR"],
+        cwd=ROOT,
+        env={**base, "LORAHUB_PRODUCTION": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+NODE_ENV = {
+    "LORAHUB_PROCESS": "node",
+    "DATABASE_URL": "postgres://lorahub_node:a-long-node-password@127.0.0.1:5432/lorahub",
+    "CELERY_BROKER_URL": "redis://:a-long-redis-password@127.0.0.1:6379/0",
+    "LORAHUB_S3_ENDPOINT": "http://127.0.0.1:9000",
+    "LORAHUB_INTERNAL_TOKEN": secrets.token_urlsafe(32),
+}
+
+
+def test_a_node_starts_without_the_control_planes_secrets_and_refuses_them():
+    started = production_check(NODE_ENV)
+    assert started.returncode == 0, started.stderr[-2000:]
+    for name, value in (
+        ("LORAHUB_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----x"),
+        ("LORAHUB_SECRET_KEY", secrets.token_urlsafe(50)),
+        ("LORAHUB_FIELD_KEYS", base64.urlsafe_b64encode(os.urandom(32)).decode()),
+    ):
+        refused = production_check({**NODE_ENV, name: value})
+        assert refused.returncode != 0
+        assert f"{name} is set on a serving node" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LORAHUB_INTERNAL_TOKEN", "replace-me"),
+        ("LORAHUB_INTERNAL_TOKEN", "short"),
+        ("DATABASE_URL", "postgres://lorahub_node:replace-me@127.0.0.1:5432/lorahub"),
+        ("CELERY_BROKER_URL", "redis://:changeme@127.0.0.1:6379/0"),
+    ],
+)
+def test_placeholder_secrets_are_refused_at_start_naming_the_variable(name, value):
+    refused = production_check({**NODE_ENV, name: value})
+    assert refused.returncode != 0
+    assert name in refused.stderr
+
+
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+def test_compose_gives_nodes_no_control_plane_secret_and_binds_prometheus_to_the_host():
+    services = compose()["services"]
+    for node in ("node-1", "node-2"):
+        spec = services[node]
+        assert "env_file" not in spec, node
+        env = spec["environment"]
+        for secret in ("LORAHUB_SECRET_KEY", "LORAHUB_SIGNING_KEY", "LORAHUB_FIELD_KEYS"):
+            assert secret not in env, (node, secret)
+        assert env["DATABASE_URL"].startswith("postgres://lorahub_node:")
+        assert env["LORAHUB_TRUSTED_PROXIES"] != "*"
+    assert services["prometheus"]["ports"][0].startswith("${LORAHUB_PROMETHEUS_PUBLISH:-127.0.0.1:")
+    assert "env_file" not in services["prometheus"]
+    assert "--requirepass" in services["redis"]["command"]
+    assert ":${REDIS_PASSWORD" in services["console"]["environment"]["CELERY_BROKER_URL"]
+
+
+def test_kubernetes_gives_nodes_their_own_secret_and_a_network_policy():
+    base = DEPLOY / "k8s" / "base"
+    docs = [d for p in base.glob("*.yaml") for d in yaml.safe_load_all(p.read_text()) if d]
+    node_secret = next(
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "lorahub-node-secrets"
+    )
+    assert not {"LORAHUB_SECRET_KEY", "LORAHUB_SIGNING_KEY", "LORAHUB_FIELD_KEYS"} & set(
+        node_secret["stringData"]
+    )
+    node = next(d for d in docs if d["kind"] == "StatefulSet")
+    refs = [e for e in node["spec"]["template"]["spec"]["containers"][0]["envFrom"]]
+    assert {"secretRef": {"name": "lorahub-node-secrets"}} in refs
+    assert {"secretRef": {"name": "lorahub-secrets"}} not in refs
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "NetworkPolicy"}
+    assert {"lorahub-default-deny", "lorahub-node"} <= policies
+    resources = yaml.safe_load((base / "kustomization.yaml").read_text())["resources"]
+    assert "network-policy.yaml" in resources
+
+
+def test_check_deploy_names_every_unsafe_setting(settings):
+    settings.PRODUCTION = True
+    settings.LORAHUB_DJANGO_ADMIN = True
+    settings.REQUIRE_SECOND_FACTOR = False
+    settings.LORAHUB_WEBHOOK_ALLOW_PRIVATE = True
+    settings.LORAHUB_WEBHOOK_REQUIRE_HTTPS = False
+    settings.CELERY_BROKER_URL = "redis://redis:6379/0"
+    settings.LORAHUB_TRUSTED_PROXIES = "0.0.0.0/0"
+    settings.LORAHUB_INTERNAL_NETWORKS = "::/0"
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = None
+    settings.LORAHUB_INTERNAL_TOKEN = ""
+    ids = {found.id for found in checks.check_trust_boundary(None)}
+    assert ids >= {
+        "lorahub.W201", "lorahub.W202", "lorahub.W203", "lorahub.W204", "lorahub.W205",
+        "lorahub.E201", "lorahub.E202", "lorahub.E203", "lorahub.E204",
+    }  # fmt: skip
+    settings.LORAHUB_DJANGO_ADMIN = False
+    settings.REQUIRE_SECOND_FACTOR = True
+    settings.LORAHUB_WEBHOOK_ALLOW_PRIVATE = False
+    settings.LORAHUB_WEBHOOK_REQUIRE_HTTPS = True
+    settings.CELERY_BROKER_URL = "redis://:a-long-password@redis:6379/0"
+    settings.LORAHUB_BAD_KEY_STORAGE = "redis://:a-long-password@redis:6379/2"
+    settings.LORAHUB_TRUSTED_PROXIES = "10.89.64.0/24"
+    settings.LORAHUB_INTERNAL_NETWORKS = "10.89.64.0/24"
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+    settings.LORAHUB_INTERNAL_TOKEN = secrets.token_urlsafe(32)
+    assert checks.check_trust_boundary(None) == []
