@@ -138,10 +138,10 @@ frontend inference
     # the caller's address for the node: the address this router saw, replacing whatever the
     # caller wrote (the node believes it from LORAHUB_TRUSTED_PROXIES only, lorahub/addresses.py)
     http-request set-header X-Forwarded-For %[src]
-    # the node's control API is never public: refused here on the decoded path, any segment
-    # of it (/%69nternal/, //internal/, /x/../internal/), and by the node for anything this
+    # the node's control API is never public: refused here on the path decoded twice, any
+    # segment of it (/%69nternal/, //internal/, /x/../internal/), and by the node for anything this
     # entrance forwards ({PUBLIC_ENTRY_HEADER} is set here, whatever a caller sent)
-    http-request deny deny_status 404 if {{ path,url_dec,lower -m reg (^|/)internal(/|$) }}
+    http-request deny deny_status 404 if {{ path,url_dec,url_dec,lower -m reg (^|/)internal(/|$) }}
     http-request set-header {PUBLIC_ENTRY_HEADER} public
     http-request set-var(txn.model) req.body,json_query('$.model') if {{ method POST }}
     http-request set-var(txn.key) req.hdr(authorization),word(2,' '),field(2,'_')

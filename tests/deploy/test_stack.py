@@ -176,6 +176,18 @@ def test_the_compose_stack_serves_fails_over_restarts_without_loss_and_keeps_its
     FIGURES["up to first answer"] = round(time.monotonic() - started, 1)
     assert answer.json()["choices"][0]["text"].strip().startswith(corpus.PHRASES["support-v1"])
 
+    # the trust boundary through the router: 25 bad keys (every caller here has one address)
+    # cost nobody a valid key, and a node's control API is not public however it is spelled
+    bad = [complete(stack, "lh_00000000_x").status_code for _ in range(25)]
+    assert set(bad) <= {401, 429} and 429 in bad, bad
+    assert answered_by(stack, key, "support@v1") is not None
+    for path in ("/internal/cache", "/%69nternal/cache"):
+        raw = httpx.Request(
+            "GET", stack.router, headers={"Authorization": f"Bearer {stack.internal_token}"}
+        )
+        raw.url = raw.url.copy_with(raw_path=path.encode())
+        assert httpx.Client().send(raw).status_code == 404, path
+
     # a release of v2, promoted by its controls
     cli(stack, admin, "release", "start", "support", "support@v2")
     cli(stack, admin, "release", "promote", "support")
