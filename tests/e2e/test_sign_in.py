@@ -39,9 +39,10 @@ def free_port() -> int:
 class Provider:
     """The provider process; its users and its fault switch are files the test edits."""
 
-    def __init__(self, folder: Path, console_url: str) -> None:
+    def __init__(self, folder: Path, console_url: str, *, trailing_slash: bool = False) -> None:
         self.port = free_port()
-        self.issuer = f"http://127.0.0.1:{self.port}"
+        self.trailing_slash = trailing_slash
+        self.issuer = f"http://127.0.0.1:{self.port}" + ("/" if trailing_slash else "")
         self.users_file, self.faults_file = folder / "users.json", folder / "faults.json"
         self.console_url = console_url
         self.process: subprocess.Popen | None = None
@@ -67,6 +68,7 @@ class Provider:
                 str(self.users_file),
                 "--faults",
                 str(self.faults_file),
+                *(["--trailing-slash"] if self.trailing_slash else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -75,7 +77,8 @@ class Provider:
         deadline = time.monotonic() + 30
         while True:
             try:
-                httpx.get(f"{self.issuer}/.well-known/openid-configuration").raise_for_status()
+                discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+                httpx.get(discovery).raise_for_status()
                 return self
             except httpx.HTTPError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
@@ -105,9 +108,9 @@ def provider_modules() -> None:
         )
 
 
-@pytest.fixture
-def provider(provider_modules, live_server, settings, tmp_path) -> Iterator[Provider]:
-    started = Provider(tmp_path, live_server.url).start()
+@pytest.fixture(params=[False], ids=["issuer"])
+def provider(request, provider_modules, live_server, settings, tmp_path) -> Iterator[Provider]:
+    started = Provider(tmp_path, live_server.url, trailing_slash=request.param).start()
     settings.OIDC_ISSUER = started.issuer
     settings.OIDC_NAME = "Test IdP"
     settings.OIDC_RP_CLIENT_ID = "lorahub"
@@ -173,6 +176,37 @@ def test_single_sign_on_takes_roles_from_groups_and_a_removed_group_removes_the_
     assert change.before["platform"] == ["reviewer"]
     assert change.after["platform"] == [] and change.after["groups"] == ["a-admins"]
     assert get_user_model().objects.filter(username__startswith="sam").count() == 1
+
+
+@pytest.mark.parametrize("provider", [True], ids=["issuer-with-slash"], indirect=True)
+def test_a_provider_whose_issuer_ends_in_a_slash_signs_in(page, provider, transactional_db):
+    """Auth0 and authentik publish their issuer with a trailing "/": compared as published."""
+    assert provider.issuer.endswith("/")
+    provider.users({"sam": {"password": "op-pass", "groups": ["lorahub-reviewers"]}})
+    sso(page, "sam")
+    page.wait_for_url(re.compile(r".*/$"))
+    assert page.locator(".who").inner_text() == "sam"
+    identity = ExternalIdentity.objects.get(user__username="sam")
+    assert identity.issuer == provider.issuer
+
+
+def test_a_provider_that_rotates_its_key_signs_in_at_first_sight(page, provider, transactional_db):
+    """The provider restarts with a new signing key 3 s after lorahub last read its key set:
+    the next sign-in fetches the set at once and goes through."""
+    provider.users({"sam": {"password": "op-pass", "groups": ["lorahub-reviewers"]}})
+    sso(page, "sam")
+    page.wait_for_url(re.compile(r".*/$"))
+    page.click("text=Sign out")
+    page.click("#op-logout")
+    page.wait_for_url(re.compile(r".*/accounts/login/$"))
+    time.sleep(3)
+    provider.stop()
+    provider.start()  # a fresh key (provider.mjs makes one per start), the same address
+    sso(page, "sam")
+    page.wait_for_url(re.compile(r".*/$"))
+    assert page.locator(".who").inner_text() == "sam"
+    signed = AuditEvent.objects.filter(action="sign_in").order_by("-at")
+    assert signed.count() == 2
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@
 // tests of refused tokens.
 //
 // node provider.mjs --port 4411 --client lorahub:secret:http://127.0.0.1:8000 \
-//                   --users users.json --faults faults.json
+//                   --users users.json --faults faults.json [--trailing-slash]
 //
 // users.json: {"alice": {"password": "...", "email": "...", "groups": ["..."], "mfa": true}}
 // faults.json: {"id_token": "tamper" | "audience" | "expired" | ""} (read at each token call)
@@ -20,10 +20,12 @@ const { values: args } = parseArgs({
     client: { type: 'string', multiple: true },
     users: { type: 'string' },
     faults: { type: 'string' },
+    // the issuer ends in "/", as Auth0's and authentik's do
+    'trailing-slash': { type: 'boolean' },
   },
 });
 const port = Number(args.port);
-const issuer = `http://127.0.0.1:${port}`;
+const issuer = `http://127.0.0.1:${port}${args['trailing-slash'] ? '/' : ''}`;
 const readJson = (path, fallback) => (path && existsSync(path) ? JSON.parse(readFileSync(path, 'utf8')) : fallback);
 const users = () => readJson(args.users, {});
 
