@@ -134,10 +134,12 @@ PRODUCTION_ENV = {
     "LORAHUB_PRODUCTION": "1",
     "LORAHUB_SECRET_KEY": "k" * 30 + "-production-secret-key-0123456789",
     "LORAHUB_ALLOWED_HOSTS": "lorahub.example.com",
-    "DATABASE_URL": "postgres://lorahub:secret@db.example.com:5432/lorahub",
-    "CELERY_BROKER_URL": "redis://redis.example.com:6379/0",
+    "DATABASE_URL": "postgres://lorahub:Db-pass-7f3k9q2m@db.example.com:5432/lorahub",
+    "CELERY_BROKER_URL": "redis://:Redis-pass-8h2j4k@redis.example.com:6379/0",
+    "LORAHUB_BAD_KEY_STORAGE": "redis://:Redis-pass-8h2j4k@redis.example.com:6379/2",
     "LORAHUB_S3_ENDPOINT": "http://minio.example.com:9000",
-    "LORAHUB_INTERNAL_TOKEN": "an-internal-token",
+    "LORAHUB_INTERNAL_TOKEN": "an-internal-token-4f8a1c9e",
+    "LORAHUB_FIELD_KEYS": "1sKMwV0ZbUuXq6VwX9q6c8qcQm0K9d3m0y8m8fJ2H4o=",
 }
 
 

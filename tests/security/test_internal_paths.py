@@ -32,7 +32,9 @@ class Backend:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 backend.paths.append(self.path)
-                backend.headers.append({k.lower(): v for k, v in self.headers.items()})
+                backend.headers.append(
+                    {"path": self.path, **{k.lower(): v for k, v in self.headers.items()}}
+                )
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -106,7 +108,7 @@ def test_the_public_entrance_refuses_the_control_api_however_spelled(router, pat
 def test_the_public_entrance_marks_what_it_forwards_and_sets_the_callers_address(router):
     url, backend = router
     httpx.get(f"{url}/v1/models", headers={"X-Forwarded-For": "6.6.6.6", "X-Lorahub-Entry": ""})
-    forwarded = backend.headers[-1]
+    (forwarded,) = [h for h in backend.headers if h["path"] == "/v1/models"]
     assert forwarded["x-forwarded-for"] == "127.0.0.1"  # what HAProxy saw, not the claim
     assert forwarded[haproxy.PUBLIC_ENTRY_HEADER.lower()] == "public"
 

@@ -66,7 +66,8 @@ def production_check(env: dict[str, str]) -> subprocess.CompletedProcess:
     base = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("LORAHUB_", "DATABASE_URL", "CELERY_"))
+        # the lane's own settings, and the browser tests' DJANGO_ALLOW_ASYNC_UNSAFE
+        if not k.startswith(("LORAHUB_", "DATABASE_URL", "CELERY_", "DJANGO_ALLOW_ASYNC"))
     }
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "ERROR"],
