@@ -44,6 +44,7 @@ def test_the_node_role_reads_the_registry_and_writes_request_rows_only(monkeypat
         assert privilege(role, "registry_alias", "SELECT")
         assert privilege(role, "serving_requestlog", "INSERT")
         assert privilege(role, "serving_servingnode", "UPDATE")
+        assert privilege(role, "registry_basemodel", "INSERT")  # what it serves, at start
         assert privilege(role, "tenants_apikey", "UPDATE", "last_used_at")
         # what a node must never do
         assert not privilege(role, "registry_adapterversion", "UPDATE")

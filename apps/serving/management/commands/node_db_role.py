@@ -1,8 +1,8 @@
 """The PostgreSQL role serving nodes connect as (docs/security.md, least privilege).
 
 A node reads the registry, the tenants' keys and quotas and the cache settings; it writes its
-request rows and rollups, its own registration, quarantines, the audit rows and webhook
-deliveries those raise, and an API key's last use. Nothing else: it cannot change a version,
+request rows and rollups, its own registration and the base model it serves, quarantines, the
+audit rows and webhook deliveries those raise, and an API key's last use. Nothing else: it cannot change a version,
 an alias or a key, and it cannot read passwords, sessions or second-factor devices.
 
     manage.py node_db_role lorahub_node        # the password from LORAHUB_NODE_DB_PASSWORD
@@ -26,6 +26,8 @@ UNREAD_PREFIXES = ("auth_", "django_session", "django_admin_log", "otp_", "axes_
 UNREAD_TABLES = {"tenants_externalidentity", "tenants_membership"}
 # tables a node writes: (privileges, table); the serving app's request rows and rollups too
 WRITES = [
+    # the base model a node serves, and its shapes, announced at start (validation reads it)
+    ("INSERT, UPDATE", "registry_basemodel"),
     ("INSERT", "tenants_auditevent"),
     ("INSERT", "tenants_webhookdelivery"),
     ("INSERT", "tenants_quota"),
