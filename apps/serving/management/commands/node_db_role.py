@@ -2,8 +2,9 @@
 
 A node reads the registry, the tenants' keys and quotas and the cache settings; it writes its
 request rows and rollups, its own registration and the base model it serves, quarantines, the
-audit rows and webhook deliveries those raise, and an API key's last use. Nothing else: it cannot change a version,
-an alias or a key, and it cannot read passwords, sessions or second-factor devices.
+audit rows and webhook deliveries those raise, and an API key's last use. Nothing else: it
+cannot change a version, an alias or a key, and it cannot read passwords, sessions or
+second-factor devices.
 
     manage.py node_db_role lorahub_node        # the password from LORAHUB_NODE_DB_PASSWORD
 
