@@ -184,6 +184,12 @@ def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_on
         },
     )
     receiver.wait_for("release.started")
+    # the worker judges a release as it starts (queue_judgement): that judgement must be over
+    # before this test judges, or it holds the row ("busy") or counts the failures below too
+    deadline = time.monotonic() + 60
+    while Release.objects.get(pk=release.pk).last_judged_at is None:
+        assert time.monotonic() < deadline, "the worker never judged the started release"
+        time.sleep(0.05)
     Release.objects.filter(pk=release.pk).update(
         step_started_at=timezone.now() - timedelta(seconds=2)
     )
