@@ -14,7 +14,6 @@ the node through ``caller_address``.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from collections.abc import Callable, Iterable
 
@@ -87,7 +86,6 @@ def caller_address(
     return caller
 
 
-@functools.cache
 def trusted_proxies() -> tuple[Network, ...]:
     return parse_networks(settings.LORAHUB_TRUSTED_PROXIES)
 

@@ -8,6 +8,9 @@ plain "no", never a 500.
 
 from __future__ import annotations
 
+import hmac
+from urllib.parse import urlsplit
+
 from django.core.exceptions import ImproperlyConfigured
 
 # values copied from examples and templates; a secret that equals one of these (or contains
@@ -30,8 +33,6 @@ def bearer_matches(header: str, expected: str) -> bool:
     scheme, _, given = header.partition(" ")
     if not expected or scheme.lower() != "bearer":
         return False
-    import hmac
-
     return hmac.compare_digest(
         given.strip().encode("utf-8", "surrogateescape"), expected.encode("utf-8")
     )
@@ -56,8 +57,6 @@ def check_secret(name: str, value: str, *, min_length: int = 16) -> None:
 
 def url_password(url: str) -> str:
     """The password in a service URL (``postgres://user:PASSWORD@host/db``), or ""."""
-    from urllib.parse import urlsplit
-
     try:
         return urlsplit(url).password or ""
     except ValueError:
