@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from apps.serving.replay import fleet, traces  # noqa: E402
-from apps.serving.replay.simulate import Capacity, replay  # noqa: E402
+from apps.serving.replay.simulate import Capacity, simulate  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 CAPACITY = Capacity(l1_slots=8, l2_slots=32)
@@ -45,7 +45,7 @@ def one(job: tuple[int, int]) -> dict:
     trace = traces.from_csv(AZURE)
     rate = len(trace) / trace.at[-1]
     speedup = per_node * nodes / (rate * SERVICE_S)
-    pooled = replay(trace, "weighted", fleet.pooled(CAPACITY, nodes))
+    pooled = simulate(trace, "weighted", fleet.pooled(CAPACITY, nodes))
     rows = {}
     for router in ROUTERS:
         result = fleet.simulate(

@@ -89,8 +89,8 @@ async def main(repeats: int, hot_samples: int) -> None:
     from django.conf import settings
 
     from apps.registry import signing
+    from apps.registry.signing import sha256_file
     from apps.registry.storage import S3Store
-    from apps.registry.validation import sha256_file
     from apps.serving import demo_corpus as corpus
     from apps.serving.cache import download
     from apps.serving.cache.manager import CacheManager, Limits

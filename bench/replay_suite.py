@@ -51,7 +51,7 @@ from apps.serving.cache.policies import POLICIES, SETTINGS, Weighted  # noqa: E4
 from apps.serving.replay import traces  # noqa: E402
 from apps.serving.replay.offline import model_learner_hits  # noqa: E402
 from apps.serving.replay.run import optimum, summarize  # noqa: E402
-from apps.serving.replay.simulate import Capacity, Costs, replay  # noqa: E402
+from apps.serving.replay.simulate import Capacity, Costs, simulate  # noqa: E402
 
 AZURE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 GIB = 1024**3
@@ -110,7 +110,7 @@ def one(job: tuple[str, str, int]) -> dict:
         if learned is not None:
             best["model_learner_hit_rate"] = learned / len(trace)
     runs = {
-        p: summarize(replay(trace, policy_for(p), capacity, costs), best["hit_rate"])
+        p: summarize(simulate(trace, policy_for(p), capacity, costs), best["hit_rate"])
         for p in (*POLICIES, *ALONE)
     }
     return {
@@ -135,7 +135,7 @@ def speed(requests: int) -> dict[str, float]:
     for policy in POLICIES:
         best = 0.0
         for _ in range(5):  # the best of five: the machine is shared
-            best = max(best, replay(trace, policy, capacity).requests_per_s)
+            best = max(best, simulate(trace, policy, capacity).requests_per_s)
         out[policy] = best
     return out
 

@@ -153,8 +153,8 @@ def signed_version(store, folder: Path, prefix: str, key, **fields):
     (tenant 1 ``t``, adapter ``support``, version ``v1``, id 7, rank 8, the demo base model).
     """
     from apps.registry import signing
-    from apps.registry.aliases import ResolvedVersion
-    from apps.registry.validation import sha256_file
+    from apps.registry.contracts import ResolvedVersion
+    from apps.registry.signing import sha256_file
     from apps.serving import demo_corpus as corpus
 
     files = []

@@ -41,6 +41,23 @@ def test_dependencies_point_from_serving_to_registry_to_tenants():
         assert edges(graph, lower, "apps.evaluations") == []
 
 
+def test_the_tier_rules_and_the_replay_read_the_registry_through_its_contracts_only():
+    """The cache and the replay run without Django: from the registry they import the node's
+    data types, the signature check and the object store, which import no Django either."""
+    graph = import_graph(ROOT, PACKAGES)
+    pure = {
+        "apps.registry",  # its __init__, empty
+        "apps.registry.contracts",
+        "apps.registry.signing",
+        "apps.registry.storage",
+    }
+    for package in ("apps.serving.cache", "apps.serving.replay"):
+        found = {edge.split(" -> ")[1] for edge in edges(graph, package, "apps.registry")}
+        assert found <= pure, f"{package} imports {sorted(found - pure)}"
+    for module in pure:
+        assert not [name for name in graph[module] if name.startswith(("django", "apps."))]
+
+
 def test_only_the_node_runtime_and_its_command_import_the_node_runtime():
     """The console talks to nodes over HTTP; the cache manager drives any engine with the
     ``EngineSlots`` protocol; the replay, the statistics and the services need no node."""

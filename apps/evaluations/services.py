@@ -27,7 +27,7 @@ from apps.evaluations.models import (
     EvaluationSet,
     EvaluationSetRevision,
 )
-from apps.registry import aliases
+from apps.registry import snapshots
 from apps.registry.models import Adapter, AdapterVersion
 from apps.serving import outcomes, quality
 from apps.serving.console.node_client import NodeClient, configured_nodes
@@ -122,7 +122,7 @@ def start_run(
             f"not '{adapter.adapter_id}'"
         )
     if baseline is None:
-        baseline = aliases.serving_version(adapter, alias)
+        baseline = snapshots.serving_version(adapter, alias)
         if baseline is None:
             raise Invalid(
                 f"adapter '{adapter.adapter_id}' has no alias to compare with: name a baseline "

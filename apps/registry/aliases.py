@@ -8,8 +8,6 @@ adapter on the same base-model revision.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,45 +16,9 @@ from apps.registry.choices import AliasAction, VersionState
 from apps.registry.models import AdapterVersion, Alias, AliasEvent
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
-from apps.tenants.errors import Conflict, Forbidden, Invalid, NotFound
+from apps.tenants.errors import Conflict, Invalid, NotFound
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, Tenant, slug_validator
-
-CANARY_BUCKETS = 10_000
-
-
-@dataclass(frozen=True)
-class ResolvedVersion:
-    """What an alias means for one request: an immutable version and how to check it."""
-
-    tenant_id: int
-    tenant_slug: str
-    alias: str
-    adapter_id: str
-    version_id: int
-    version: str
-    base_model: str
-    base_model_revision: str
-    rank: int
-    storage_prefix: str
-    files: tuple[tuple[str, str, int], ...]  # (name, sha256, size)
-    manifest: dict[str, Any]
-    signature: str
-    signing_key_id: str
-    is_canary: bool
-    servable: bool = True
-
-    @property
-    def cache_key(self) -> tuple[int, str, str, str]:
-        return (self.tenant_id, self.adapter_id, self.version, self.base_model_revision)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(size for _, _, size in self.files)
-
-    @property
-    def label(self) -> str:
-        return f"{self.adapter_id}@{self.version}"
 
 
 def _snapshot(alias: Alias) -> dict[str, Any]:
@@ -395,153 +357,3 @@ def rollback_alias(
 
 
 # --- resolution --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AliasSnapshot:
-    """An alias as a serving node caches it: both targets resolved, the split rule kept."""
-
-    alias_id: int
-    tenant_id: int
-    name: str
-    stable: ResolvedVersion
-    canary: ResolvedVersion | None
-    canary_percent: int
-    canary_api_keys: frozenset[str]
-    shadow: ResolvedVersion | None = None
-    shadow_percent: int = 0
-    shadow_keep_examples: bool = False
-
-    def mirror(self, request_key: str) -> ResolvedVersion | None:
-        """The shadow version, for the share of request keys that get a copy mirrored to it
-        (its own buckets, independent of the canary's)."""
-        if self.shadow is None or self.shadow_percent <= 0:
-            return None
-        bucket = canary_bucket(self.alias_id, -self.shadow.version_id, request_key)
-        return self.shadow if bucket < self.shadow_percent * (CANARY_BUCKETS // 100) else None
-
-    def choose(self, request_key: str, api_key_prefix: str | None = None) -> ResolvedVersion:
-        """Listed API keys always get the canary; other request keys get it when their
-        bucket falls under the canary percentage. Deterministic per request key."""
-        if self.canary is not None and (
-            (api_key_prefix is not None and api_key_prefix in self.canary_api_keys)
-            or canary_bucket(self.alias_id, self.canary.version_id, request_key)
-            < self.canary_percent * (CANARY_BUCKETS // 100)
-        ):
-            return self.canary
-        return self.stable
-
-
-def canary_bucket(alias_id: int, canary_version_id: int, request_key: str) -> int:
-    """A stable bucket in [0, 10000) for this alias, canary version and request key."""
-    seed = f"{alias_id}:{canary_version_id}:{request_key}".encode()
-    return int.from_bytes(hashlib.sha256(seed).digest()[:8], "big") % CANARY_BUCKETS
-
-
-def _resolved(alias: Alias, version: AdapterVersion, *, is_canary: bool) -> ResolvedVersion:
-    return _resolved_version(version, alias=alias.name, is_canary=is_canary)
-
-
-def _resolved_version(version: AdapterVersion, *, alias: str, is_canary: bool) -> ResolvedVersion:
-    return ResolvedVersion(
-        tenant_id=version.adapter.tenant_id,
-        tenant_slug=version.adapter.tenant.slug,
-        alias=alias,
-        adapter_id=version.adapter.adapter_id,
-        version_id=version.pk,
-        version=version.version,
-        base_model=version.base_model,
-        base_model_revision=version.base_model_revision,
-        rank=version.rank or 0,
-        storage_prefix=version.storage_prefix,
-        files=tuple(
-            (name, meta["sha256"], meta["size"]) for name, meta in sorted(version.files.items())
-        ),
-        manifest=version.manifest(),
-        signature=version.signature,
-        signing_key_id=version.signing_key_id,
-        is_canary=is_canary,
-        servable=version.is_servable,
-    )
-
-
-def _snapshot_of(alias: Alias) -> AliasSnapshot:
-    return AliasSnapshot(
-        alias_id=alias.pk,
-        tenant_id=alias.tenant_id,
-        name=alias.name,
-        stable=_resolved(alias, alias.version, is_canary=False),
-        canary=(
-            _resolved(alias, alias.canary_version, is_canary=True)
-            if alias.canary_version is not None
-            else None
-        ),
-        canary_percent=alias.canary_percent,
-        canary_api_keys=frozenset(alias.canary_api_keys),
-        shadow=(
-            _resolved(alias, alias.shadow_version, is_canary=False)
-            if alias.shadow_version is not None
-            else None
-        ),
-        shadow_percent=alias.shadow_percent,
-        shadow_keep_examples=alias.shadow_keep_examples,
-    )
-
-
-def _snapshot_queryset():
-    return Alias.objects.select_related(
-        "tenant",
-        "version__adapter__tenant",
-        "canary_version__adapter__tenant",
-        "shadow_version__adapter__tenant",
-    )
-
-
-def load_alias_snapshot(*, tenant_id: int, name: str) -> AliasSnapshot | None:
-    alias = _snapshot_queryset().filter(tenant_id=tenant_id, name=name).first()
-    return _snapshot_of(alias) if alias else None
-
-
-def load_all_alias_snapshots() -> list[AliasSnapshot]:
-    return [_snapshot_of(alias) for alias in _snapshot_queryset()]
-
-
-def load_version(version_id: int) -> ResolvedVersion | None:
-    """A version by id, as the node would serve it (for prewarming by version)."""
-    version = AdapterVersion.objects.select_related("adapter__tenant").filter(pk=version_id).first()
-    return _resolved_version(version, alias="", is_canary=False) if version else None
-
-
-def resolve_alias(
-    *, tenant: Tenant, name: str, request_key: str, api_key_prefix: str | None = None
-) -> ResolvedVersion:
-    """The immutable version that serves this request, honouring the canary split.
-
-    The same request key always gets the same answer while the alias is unchanged.
-    """
-    snapshot = load_alias_snapshot(tenant_id=tenant.id, name=name)
-    if snapshot is None:
-        raise NotFound(f"tenant '{tenant.slug}' has no alias '{name}'")
-    chosen = snapshot.choose(request_key, api_key_prefix)
-    if not chosen.servable:
-        raise Forbidden(
-            f"version {chosen.adapter_id}@{chosen.version} is not approved and signed; "
-            "it cannot be served"
-        )
-    return chosen
-
-
-def serving_version(adapter, alias: str | None = None) -> AdapterVersion | None:
-    """The version an alias of ``adapter`` serves now (its stable version): the named alias,
-    else the adapter's only alias, else the one named like the adapter; None without one."""
-    found = Alias.objects.filter(adapter=adapter).select_related("version__adapter")
-    if alias:
-        named = found.filter(name=alias).first()
-        if named is None:
-            raise NotFound(f"adapter '{adapter.adapter_id}' has no alias '{alias}'")
-        return named.version
-    listed = list(found)
-    if len(listed) == 1:
-        return listed[0].version
-    same_name = [a for a in listed if a.name == adapter.adapter_id]
-    return same_name[0].version if same_name else None

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -78,3 +79,12 @@ def verify_manifest(
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+def sha256_file(path: Path) -> str:
+    """A file's SHA-256, as its manifest lists it."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()

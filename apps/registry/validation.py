@@ -9,7 +9,6 @@ JSON header and scanned as raw arrays (numpy memory maps), never executed.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import re
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from apps.registry.errors import Rejected
+from apps.registry.signing import sha256_file
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -273,14 +273,6 @@ def _check_finite(path: Path, header: dict[str, Any], data_start: int) -> dict[s
             for module, sums in sorted(squares.items())
         },
     }
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1024 * 1024):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def validate_adapter(

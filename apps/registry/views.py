@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST
 
-from apps.registry import aliases, services
+from apps.registry import aliases, services, snapshots
 from apps.registry.api import visible_versions
 from apps.registry.choices import AliasAction, VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
@@ -157,7 +157,7 @@ def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
     version = visible_versions(principal).filter(pk=version_id).first()
     if version is None:
         raise Http404(f"no adapter version {version_id} that you can see")
-    serving = aliases.serving_version(version.adapter)
+    serving = snapshots.serving_version(version.adapter)
     other = _comparison(version, serving)
     own_tenant = version.adapter.tenant_id in principal.tenant_ids
     can_review = (

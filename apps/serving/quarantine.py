@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.registry import keys
-from apps.registry.aliases import load_version
+from apps.registry.snapshots import load_version
 from apps.registry.storage import get_store
 from apps.serving.cache.disk import DiskTier, IntegrityFailure
 from apps.serving.models import Quarantine

@@ -14,8 +14,8 @@ import logging
 from django.conf import settings
 from django.db import transaction
 
-from apps.registry.aliases import load_alias_snapshot
 from apps.registry.models import AdapterVersion, Alias
+from apps.registry.snapshots import load_alias_snapshot
 from apps.serving.console import node_client
 from apps.serving.models import ReplayRun
 from apps.tenants import services as tenant_services

@@ -10,7 +10,7 @@ import openai
 import pytest
 from playwright.sync_api import expect
 
-from apps.registry.aliases import canary_bucket
+from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.serving import demo_corpus as corpus
 from apps.serving.models import CacheSettings, RequestMinute

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from apps.registry import aliases
+from apps.registry import aliases, snapshots
 from apps.registry.models import Alias, AliasEvent
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import principal_for_key, principal_for_user
@@ -58,13 +58,13 @@ def test_canary_split_is_within_three_points_and_deterministic_per_key(support_v
             version_id=support_versions["v2"],
             percent=percent,
         )
-        snapshot = aliases.load_alias_snapshot(tenant_id=tenant_a.id, name="support")
+        snapshot = snapshots.load_alias_snapshot(tenant_id=tenant_a.id, name="support")
         picks = [snapshot.choose(f"user-{i}").version for i in range(10_000)]
         share = picks.count("v2") / len(picks) * 100
         assert abs(share - percent) <= 3, (percent, share)
         # the registry's resolution (a database read each time) agrees, key by key, every time
         for i in range(0, 10_000, 50):
-            resolved = aliases.resolve_alias(
+            resolved = snapshots.resolve_alias(
                 tenant=tenant_a, name="support", request_key=f"user-{i}"
             )
             assert resolved.version == picks[i]
@@ -87,13 +87,13 @@ def test_listed_api_keys_always_get_the_canary(support_versions, tenant_a):
     )
     for i in range(200):
         assert (
-            aliases.resolve_alias(
+            snapshots.resolve_alias(
                 tenant=tenant_a, name="support", request_key=str(i), api_key_prefix=key.prefix
             ).version
             == "v2"
         )
         assert (
-            aliases.resolve_alias(tenant=tenant_a, name="support", request_key=str(i)).version
+            snapshots.resolve_alias(tenant=tenant_a, name="support", request_key=str(i)).version
             == "v1"
         )
     with pytest.raises(Invalid, match="no active API key"):

@@ -7,8 +7,8 @@ from django.core.exceptions import ValidationError
 
 from apps.registry import services
 from apps.registry.models import AdapterVersion
+from apps.registry.signing import sha256_file
 from apps.registry.storage import ObjectExists, get_store
-from apps.registry.validation import sha256_file
 from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 
 

@@ -7,10 +7,10 @@ import io
 import tarfile
 import zipfile
 
-from apps.registry import aliases, services
+from apps.registry import services, snapshots
 from apps.registry.models import AdapterVersion
+from apps.registry.signing import sha256_file
 from apps.registry.storage import get_store
-from apps.registry.validation import sha256_file
 from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 
 
@@ -78,7 +78,7 @@ def test_upload_validate_approve_alias_resolve(registry, tenant_a, reviewer, ada
     assert alias.status_code == 200, alias.content
     assert alias.json()["version"]["label"] == "support@2026-07-04.3"
 
-    resolved = aliases.resolve_alias(tenant=tenant_a, name="support", request_key="req-1")
+    resolved = snapshots.resolve_alias(tenant=tenant_a, name="support", request_key="req-1")
     assert resolved.version == "2026-07-04.3"
     assert resolved.cache_key == (tenant_a.id, "support", "2026-07-04.3", "r1")
     assert resolved.storage_prefix == prefix

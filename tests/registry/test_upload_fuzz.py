@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 from apps.registry import services
 from apps.registry.models import AdapterVersion
+from apps.registry.signing import sha256_file
 from apps.registry.storage import get_store
-from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME, sha256_file
+from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME
 from apps.tenants.models import Quota
 from tests.helpers import key_client
 

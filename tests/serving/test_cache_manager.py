@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from apps.registry import signing
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import LocalStore
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.gate import DeviceGate
@@ -446,17 +446,14 @@ def test_the_starvation_bound_follows_how_long_requests_take_in_the_engine(monke
     adapter becomes starving only after twice that: at 1.5 s of waiting, newcomers for the
     adapter in the slot still join it; at 2.1 s they wait. When requests speed up, the bound
     comes back down to the floor."""
-    from types import SimpleNamespace
-
     from apps.serving.cache import gate as gate_module
 
     now = [0.0]
-    monkeypatch.setattr(gate_module, "time", SimpleNamespace(monotonic=lambda: now[0]))
     monkeypatch.setattr(gate_module, "STARVATION_S", 0.5)
     monkeypatch.setattr(gate_module, "STARVATION_HOLDS", 2.0)
 
     async def scenario():
-        gate = DeviceGate(lambda: 1)
+        gate = DeviceGate(lambda: 1, clock=lambda: now[0])
         assert gate.starvation_s() == 0.5  # nothing measured yet: the floor
         for _ in range(3):  # requests of adapter 1, one at a time, 1 s each in the engine
             await gate.enter(1, pinned=False)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from apps.registry.aliases import load_version
+from apps.registry.snapshots import load_version
 from apps.serving import demo_corpus as corpus
 from apps.serving.cache.policies import Adaptive, make_policy
 from apps.serving.config import SETTINGS_ID
@@ -357,7 +357,7 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
     every request (two tenants, two adapter sizes, evictions from the engine)."""
     from apps.serving.models import RequestLog
     from apps.serving.replay.log import trace_from_log
-    from apps.serving.replay.simulate import Capacity, Costs, replay
+    from apps.serving.replay.simulate import Capacity, Costs, simulate
 
     def use(name):
         def change(config):
@@ -419,7 +419,7 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
         max_pending=limits["max_pending_loads"],
     )
     replaying = make_policy(policy)
-    replayed = replay(trace, replaying, capacity, free, record_tiers=True)
+    replayed = simulate(trace, replaying, capacity, free, record_tiers=True)
     assert replayed.tier_log == node_tiers
     evicted = cache.metric("adapter_eviction_count_total", tier="L2") - evicted_before
     assert replayed.evictions["L2"] == evicted

@@ -19,7 +19,7 @@ from apps.serving import haproxy
 from apps.serving import node_registry as registry
 from apps.serving.models import ServingNode
 from apps.serving.replay import fleet, traces
-from apps.serving.replay.simulate import Capacity, replay
+from apps.serving.replay.simulate import Capacity, simulate
 from apps.tenants.models import AuditEvent
 from tests.helpers import key_client, user_client
 
@@ -73,7 +73,7 @@ def test_round_robin_is_even_and_consistent_hashing_beats_it(trace):
 def test_one_node_fleet_is_the_single_node_replay(trace):
     capacity = Capacity(l1_slots=2, l2_slots=8)
     one = fleet.simulate(trace, router="bounded-1.5", nodes=1, capacity=capacity)
-    alone = replay(trace, "weighted", capacity)
+    alone = simulate(trace, "weighted", capacity)
     assert (one.hits, one.local) == (alone.hits, alone.hits + alone.tiers["L3"])
     pooled = fleet.pooled(capacity, 3)
     assert (pooled.l1_slots, pooled.l2_slots, pooled.l3_bytes) == (6, 24, None)

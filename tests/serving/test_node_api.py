@@ -82,7 +82,7 @@ def test_alias_answers_with_its_version_and_moves_take_effect(world):
 def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world, tenant_a):
     """Each request key gets the side the alias's split gives it (computed here from the same
     snapshot the node reads), with that side's weights, and keeps it."""
-    from apps.registry.aliases import load_alias_snapshot
+    from apps.registry.snapshots import load_alias_snapshot
 
     a, control = world["a"], world["control"]
     assert (

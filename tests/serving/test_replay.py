@@ -11,25 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apps.serving.cache import book
 from apps.serving.cache import policies as node_policy
 from apps.serving.cache.policies import (
     POLICIES,
-    Adaptive,
-    Census,
-    Policy,
     Resident,
-    make_policy,
-    rank,
-    select_victims,
 )
-from apps.serving.replay import simulate, traces
+from apps.serving.replay import simulate as simulate_module
+from apps.serving.replay import traces
 from apps.serving.replay.offline import (
     Oracle,
     belady_hits,
     known_popularity_hits,
     model_learner_hits,
 )
-from apps.serving.replay.simulate import Capacity, Costs, replay
+from apps.serving.replay.simulate import Capacity, Costs, simulate
 from apps.serving.replay.traces import Adapter, Epoch, Trace
 
 MB = 1024 * 1024
@@ -66,7 +62,7 @@ EXPECTED = {
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_gives_the_hand_computed_tiers_and_evictions(policy):
-    result = replay(
+    result = simulate(
         trace_of("AAABCA"), policy, Capacity(l1_slots=1, l2_slots=2), FREE, record_tiers=True
     )
     tiers, evictions = EXPECTED[policy]
@@ -78,11 +74,11 @@ def test_every_policy_gives_the_hand_computed_tiers_and_evictions(policy):
 
 def test_the_device_slots_hold_the_most_recently_used_versions():
     # two device slots in an engine of three: A B C A B C cycles within the engine
-    result = replay(
+    result = simulate(
         trace_of("ABCABCA"), "lru", Capacity(l1_slots=2, l2_slots=3), FREE, record_tiers=True
     )
     assert result.tier_log == ["L4", "L4", "L4", "L2", "L2", "L2", "L2"]
-    again = replay(
+    again = simulate(
         trace_of("ABAB"), "lru", Capacity(l1_slots=2, l2_slots=3), FREE, record_tiers=True
     )
     assert again.tier_log == ["L4", "L4", "L1", "L1"]
@@ -92,7 +88,7 @@ def test_the_device_slots_hold_the_most_recently_used_versions():
 def test_the_disk_tier_keeps_to_its_byte_cap_but_never_drops_what_the_engine_holds(policy):
     # one engine slot; the disk holds two 10 MB versions; A B C A — each landing past the
     # cap evicts the one on-disk version the engine does not hold
-    result = replay(
+    result = simulate(
         trace_of("ABCA"),
         policy,
         Capacity(l1_slots=1, l2_slots=1, l3_bytes=25 * MB),
@@ -110,15 +106,17 @@ def test_a_prewarmed_disk_turns_first_uses_into_disk_loads_up_to_its_cap():
     its run): each version's first use is a load from L3, not a fetch from the registry, for
     as many versions as the disk holds, in order of first use."""
     names = "ABCDA"
-    cold = replay(trace_of(names), "lru", Capacity(l1_slots=1, l2_slots=1), FREE, record_tiers=True)
-    warm = replay(
+    cold = simulate(
+        trace_of(names), "lru", Capacity(l1_slots=1, l2_slots=1), FREE, record_tiers=True
+    )
+    warm = simulate(
         trace_of(names),
         "lru",
         Capacity(l1_slots=1, l2_slots=1, warm_disk=True),
         FREE,
         record_tiers=True,
     )
-    capped = replay(
+    capped = simulate(
         trace_of(names),
         "lru",
         Capacity(l1_slots=1, l2_slots=1, l3_bytes=25 * MB, warm_disk=True),
@@ -135,7 +133,7 @@ def test_requests_for_a_version_still_loading_wait_for_that_one_load():
     slow = Costs(base_ttft_ms=50, l3_ms=20, l3_ms_per_mb=0, l4_ms=80, l4_ms_per_mb=0)
     trace = trace_of("AA")
     trace.at = [0.0, 0.03]  # the second arrives 30 ms into A's 100 ms load
-    result = replay(trace, "lru", Capacity(l1_slots=1, l2_slots=2), slow, record_tiers=True)
+    result = simulate(trace, "lru", Capacity(l1_slots=1, l2_slots=2), slow, record_tiers=True)
     assert result.tier_log == ["L4", "L4"]  # both served by the one load from L4
     assert result.loads == 1 and result.hits == 0
     assert list(result.ttft_ms) == pytest.approx([150.0, 120.0])
@@ -146,7 +144,7 @@ def test_a_full_load_queue_makes_a_cold_request_wait_for_room():
     trace = trace_of("AB")
     trace.at = [0.0, 0.01]
     capacity = Capacity(l1_slots=1, l2_slots=2, max_pending=1, max_fetches=4, max_loads=4)
-    result = replay(trace, "lru", capacity, slow)
+    result = simulate(trace, "lru", capacity, slow)
     assert result.queue_full == 1
     assert list(result.ttft_ms) == pytest.approx([100.0, 190.0])  # B starts when A is done
 
@@ -154,13 +152,12 @@ def test_a_full_load_queue_makes_a_cold_request_wait_for_room():
 def test_a_tenant_at_its_warm_quota_displaces_its_own_versions_in_the_replay_too():
     trace = trace_of("XABC", tenants={"X": 2, "A": 1, "B": 1, "C": 1})
     capacity = Capacity(l1_slots=1, l2_slots=8, warm_quotas={1: 2})
-    result = replay(trace, "lru", capacity, FREE, record_tiers=True)
+    result = simulate(trace, "lru", capacity, FREE, record_tiers=True)
     assert result.evictions["L2"] == 1  # C displaced A, not X, though the cache had room
 
 
 def test_the_replay_runs_the_node_s_policy_objects_and_select_victims():
-    assert simulate.make_policy is node_policy.make_policy
-    assert simulate.select_victims is node_policy.select_victims
+    assert simulate_module.TierBook is book.TierBook  # the node's tier rules, not a copy
 
     class Spy(node_policy.LRU):
         def __init__(self) -> None:
@@ -170,7 +167,7 @@ def test_the_replay_runs_the_node_s_policy_objects_and_select_victims():
             self.evicted.append(resident.version_id)
 
     spy = Spy()
-    replay(trace_of("ABC"), spy, Capacity(l1_slots=1, l2_slots=1), FREE)
+    simulate(trace_of("ABC"), spy, Capacity(l1_slots=1, l2_slots=1), FREE)
     assert spy.evicted == [0, 1]  # A, then B
 
 
@@ -216,7 +213,7 @@ def test_belady_is_the_optimum_on_small_sequences(keys, slots):
 @given(sequences, st.integers(1, 6), st.sampled_from(POLICIES))
 def test_no_policy_beats_belady_on_equal_sizes(keys, slots, policy):
     trace = trace_of("".join("ABCDEFGH"[k] for k in keys))
-    result = replay(trace, policy, Capacity(l1_slots=1, l2_slots=slots), FREE)
+    result = simulate(trace, policy, Capacity(l1_slots=1, l2_slots=slots), FREE)
     assert result.hits <= belady_hits(trace, slots)
 
 
@@ -298,121 +295,6 @@ def test_a_generated_trace_keeps_the_popularity_its_requests_were_drawn_from():
         assert in_force(tail.popularity, i) is in_force(trace.popularity, offset + i)
 
 
-residents = st.lists(
-    st.builds(
-        lambda k, t, idle, hits, prio, size: Resident(
-            version_id=k,
-            tenant_id=t,
-            size_bytes=size * MB,
-            last_used=1000.0 - idle,
-            hits=hits,
-            reload_cost_ms=5.0,
-            tenant_priority=prio,
-        ),
-        st.integers(0, 10_000),
-        st.integers(1, 4),
-        st.floats(0, 900),
-        st.floats(0.5, 50),
-        st.integers(0, 2),
-        st.integers(1, 100),
-    ),
-    min_size=1,
-    max_size=30,
-    unique_by=lambda r: r.version_id,
-)
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    residents, st.integers(1, 30), st.integers(1, 4), st.sampled_from(["lru", "lfu", "weighted"])
-)
-def test_the_replay_s_heap_order_picks_the_same_victims_as_the_node_s_ranking(
-    pool, capacity, requester, name
-):
-    """The replay hands ``select_victims`` residents pre-sorted by ``retention`` and a kept
-    census; the node ranks by ``score`` and counts. Both must choose the same victims."""
-    policy = make_policy(name)
-    by_key = sorted(pool, key=policy.retention)  # lowest retention goes first
-    node = select_victims(pool, policy=policy, now=1000.0, capacity=capacity, requester=requester)
-    replayed = select_victims(
-        pool,
-        policy=policy,
-        now=1000.0,
-        capacity=capacity,
-        requester=requester,
-        ordered=iter(by_key),
-        census=Census.of(pool),
-    )
-    ids = [r.version_id for r in rank(pool, policy=policy, now=1000.0)]
-    assert [r.version_id for r in replayed] == [r.version_id for r in node]
-    assert ids == [r.version_id for r in by_key]
-
-
-class Ranked(Policy):
-    """A policy without a ``retention_key``: the replay must rank it on every miss, as the node
-    does."""
-
-    def __init__(self, policy) -> None:
-        self.policy = policy
-        self.name = policy.name
-        self.half_life_s = policy.half_life_s
-
-    def score(self, resident, now, pressure=0.0):
-        return self.policy.score(resident, now, pressure)
-
-    def on_evict(self, resident, now):
-        return self.policy.on_evict(resident, now)
-
-    def prepare(self, residents, now):
-        return self.policy.prepare(residents, now)
-
-
-class RankedAdaptive(Adaptive):
-    """The default without heaps: every setting ranks the residents on every miss."""
-
-    def retention_key(self):
-        return None
-
-
-EVERY = "weighted, judging every eviction"
-
-
-def heaped(name):
-    return Adaptive(judge_every=1) if name == EVERY else make_policy(name)
-
-
-def ranked(name):
-    if name.startswith("weighted"):
-        return RankedAdaptive(judge_every=1 if name == EVERY else 4)
-    return Ranked(make_policy(name))
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(0, 11), st.floats(0.01, 30.0)), min_size=1, max_size=120),
-    st.integers(1, 5),
-    st.sampled_from(["lru", "lfu", "weighted", "weighted, judging every eviction"]),
-)
-def test_the_replay_s_lazy_heap_decides_exactly_as_ranking_every_miss(requests, slots, name):
-    """Mixed sizes, two tenants, a memory cap and a disk cap: the heap (updated lazily on
-    hits) and the node's full ranking give the same tiers and evictions. (Arrivals are
-    distinct: on an exact tie the two may pick different, equally good victims.)"""
-    letters = "ABCDEFGHIJKL"
-    trace = trace_of("".join(letters[k] for k, _ in requests))
-    trace.at = list(itertools.accumulate(gap for _, gap in requests))
-    trace.adapters = {
-        k: Adapter(k, 1 + k % 2, (5 + 7 * (k % 4)) * MB, a.label) for k, a in trace.adapters.items()
-    }
-    trace.priorities = {1: 0, 2: 2}
-    capacity = Capacity(
-        l1_slots=1, l2_slots=slots + 1, l2_bytes=40 * MB, l3_bytes=60 * MB, ttl_s=50.0
-    )
-    fast = replay(trace, heaped(name), capacity, FREE, record_tiers=True)
-    slow = replay(trace, ranked(name), capacity, FREE, record_tiers=True)
-    assert fast.tier_log == slow.tier_log
-    assert fast.evictions == slow.evictions
-
-
 def held(names: str, at: list[float], held_s: list[float]) -> Trace:
     trace = trace_of(names)
     trace.at, trace.held_s = at, held_s
@@ -427,19 +309,19 @@ def test_a_version_held_by_a_running_request_stays_and_the_load_waits_for_a_rele
     # A (held until 1.0 s) and B (until 0.6 s) fill two engine slots when C arrives at 0.2 s
     trace = held("ABCCAB", [0.0, 0.1, 0.2, 0.3, 0.8, 0.9], [1.0, 0.5, 0.1, 0.1, 0.1, 0.1])
     capacity = Capacity(l1_slots=1, l2_slots=2)
-    result = replay(trace, "lru", capacity, FREE, record_tiers=True)
+    result = simulate(trace, "lru", capacity, FREE, record_tiers=True)
     assert result.tier_log == ["L4", "L4", "L4", "L4", "L2", "L3"]  # B went for C, A stayed
     assert list(result.ttft_ms[2:4]) == pytest.approx([450.0, 350.0])  # both until 0.6 s
     assert result.loads == 4 and result.evictions["L2"] == 2  # B at 0.6 s, then C for B
     # the same requests taking no time: LRU evicts A for C, so A's return is a load
-    instant = replay(trace_of("ABCCAB"), "lru", capacity, FREE, record_tiers=True)
+    instant = simulate(trace_of("ABCCAB"), "lru", capacity, FREE, record_tiers=True)
     assert instant.tier_log[4] == "L3"
 
 
 def test_a_version_is_held_until_its_last_running_request_ends():
     # A's first request runs until 2.0 s, its second (1.5 s) until 1.6 s: A is held to 2.0 s
     trace = held("AABC", [0.0, 1.5, 1.6, 1.7], [2.0, 0.1, 0.05, 0.1])
-    result = replay(trace, "lru", Capacity(l1_slots=1, l2_slots=2), FREE, record_tiers=True)
+    result = simulate(trace, "lru", Capacity(l1_slots=1, l2_slots=2), FREE, record_tiers=True)
     # C at 1.7 s: B (ended at 1.65 s) goes, though A is less recently used
     assert result.tier_log == ["L4", "L1", "L4", "L4"]
     assert result.ttft_ms[3] == pytest.approx(50.0)  # B was free: no wait

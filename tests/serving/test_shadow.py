@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from apps.registry.aliases import canary_bucket
+from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.serving.models import ShadowExample, ShadowMinute
 from tests.helpers import node_metric

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from apps.registry import aliases
-from apps.registry.aliases import load_alias_snapshot
 from apps.registry.models import AliasEvent
+from apps.registry.snapshots import load_alias_snapshot
 from apps.serving.console.dashboards import shadow_evidence
 from apps.serving.models import ShadowMinute
 from apps.serving.node.admission import Admission, NoSpareSlot
@@ -102,7 +102,7 @@ def test_answers_are_compared_word_by_word_with_length_finish_and_json():
 
 
 def mirrored(tenant_id: int) -> Mirrored:
-    from apps.registry.aliases import ResolvedVersion
+    from apps.registry.contracts import ResolvedVersion
     from apps.serving.node.lookups import Caller
 
     shadow = ResolvedVersion(

@@ -46,7 +46,7 @@ def test_the_openapi_document_is_served(client, db):
 def test_seed_demo_is_idempotent_and_publishes_working_demo_adapters(
     client, capsys, settings, tmp_path, demo_dir, signing_key
 ):
-    from apps.registry import aliases, storage
+    from apps.registry import snapshots, storage
 
     settings.VAR_DIR = tmp_path
     settings.LORAHUB_S3_ENDPOINT = ""
@@ -68,7 +68,7 @@ def test_seed_demo_is_idempotent_and_publishes_working_demo_adapters(
         line.split()[1] for line in out.splitlines()[::-1] if line.strip().startswith("acme ")
     )
     assert client.get("/api/aliases", HTTP_AUTHORIZATION=f"Bearer {acme_key}").status_code == 200
-    resolved = aliases.resolve_alias(
+    resolved = snapshots.resolve_alias(
         tenant=Tenant.objects.get(slug="acme"), name="support", request_key="k"
     )
     assert (resolved.adapter_id, resolved.version) == ("support", "demo.1")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django import template
 
 from apps.evaluations.models import EvaluationRun, EvaluationSetRevision
-from apps.registry.aliases import serving_version
 from apps.registry.models import AdapterVersion
+from apps.registry.snapshots import serving_version
 
 register = template.Library()
 

@@ -35,9 +35,8 @@ from typing import Any
 import blake3
 
 from apps.registry import signing
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import ObjectStore
-from apps.registry.validation import sha256_file
 from apps.serving.cache.policies import Policy, Resident, rank
 from apps.serving.cache.versions import CachedVersion
 
@@ -129,7 +128,7 @@ class DiskTier:
                 with dest.open("rb") as fh:
                     os.fsync(fh.fileno())
                 fetch_s += time.perf_counter() - fetch_started
-                if sha256_file(dest) != sha:
+                if signing.sha256_file(dest) != sha:
                     raise IntegrityFailure(
                         f"{resolved.label}: {name} from the registry does not match its signed "
                         "sha256"
@@ -253,7 +252,7 @@ class DiskTier:
                 ):
                     raise IntegrityFailure("signature")
                 for name, sha in manifest["files"].items():
-                    if sha256_file(folder / name) != sha:
+                    if signing.sha256_file(folder / name) != sha:
                         raise IntegrityFailure(name)
                 seal = folder / SEAL
                 if not seal.exists():
@@ -281,11 +280,10 @@ class DiskIndex:
     engine, loading or being landed keeps its folder (L2 can always be reloaded from L3).
     """
 
-    def __init__(self, tier: DiskTier) -> None:
-        self.tier = tier
+    def __init__(self) -> None:
         self.members: dict[int, CachedVersion] = {}
 
-    def add(self, record: CachedVersion, resident: Resident, folder: Path) -> None:
+    def add(self, record: CachedVersion, resident: Resident, folder: Path | None) -> None:
         record.disk = resident
         record.folder = folder
         self.members[record.version_id] = record
@@ -299,7 +297,9 @@ class DiskIndex:
     def bytes(self) -> int:
         return sum(r.disk.size_bytes for r in list(self.members.values()) if r.disk is not None)
 
-    def victims(self, need_bytes: int, *, keep: Collection[int], policy: Policy) -> list[Resident]:
+    def victims(
+        self, need_bytes: int, *, keep: Collection[int], policy: Policy, now: float
+    ) -> list[Resident]:
         """The lowest-value folders that free ``need_bytes``, or as many as may go: not what
         is in the engine, loading, landing or answering requests, and not ``keep``."""
         if need_bytes <= 0:
@@ -310,7 +310,7 @@ class DiskIndex:
             if r.disk is not None and r.engine is None and not r.busy and r.version_id not in keep
         ]
         chosen: list[Resident] = []
-        for victim in rank(candidates, policy=policy, now=time.monotonic()):
+        for victim in rank(candidates, policy=policy, now=now):
             if need_bytes <= 0:
                 break
             chosen.append(victim)

@@ -19,11 +19,11 @@ pinned, and pins never fill L2 (``max_cpu_loras >= max_loras`` is enforced by th
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
+from apps.serving.cache.clock import Clock, monotonic
 from apps.serving.cache.gate import DeviceGate
 from apps.serving.cache.policies import Policy, Resident, rank, select_victims
 from apps.serving.cache.versions import CachedVersion
@@ -47,7 +47,8 @@ class Owner:
 
 
 class EngineTiers:
-    def __init__(self, slots: Callable[[], tuple[int, int]]) -> None:
+    def __init__(self, slots: Callable[[], tuple[int, int]], *, clock: Clock = monotonic) -> None:
+        self.clock = clock
         self._slots = slots  # (max_loras, max_cpu_loras) of the engine, read live
         self.members: dict[int, CachedVersion] = {}  # in the engine (L1 + L2)
         self.pinned: dict[int, CachedVersion] = {}
@@ -59,6 +60,7 @@ class EngineTiers:
         return DeviceGate(
             lambda: self._slots()[0] - len(self.pinned) - self.pending_pins,
             early=lambda: not self.pinned and not self.pending_pins,
+            clock=self.clock,
         )
 
     # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------
@@ -152,7 +154,7 @@ class EngineTiers:
         *,
         incoming: int,
         policy: Policy,
-        warm_bytes: int,
+        warm_bytes: int | None,
         pressure: float,
         adding: Collection[int] = (),
     ) -> list[Resident] | None:
@@ -169,8 +171,8 @@ class EngineTiers:
             if r.engine is not None
         ]
         used = sum(r.size_bytes for r in residents) + sum(adding)
-        over_memory = bool(residents) and used + incoming > warm_bytes
-        now = time.monotonic()
+        over_memory = warm_bytes is not None and bool(residents) and used + incoming > warm_bytes
+        now = self.clock()
         chosen = select_victims(
             residents,
             policy=policy,
@@ -189,11 +191,11 @@ class EngineTiers:
         return chosen  # empty: it fits (the memory cap yields to pinned residents)
 
     def idle_since(self, cutoff: float) -> list[CachedVersion]:
-        """The unpinned, unheld versions last used before ``cutoff`` (the TTL's victims)."""
+        """The unprotected versions last used before ``cutoff`` (the TTL's victims)."""
         return [
             r
             for r in self.members.values()
-            if r.engine is not None and r.engine.last_used < cutoff and not r.pinned and not r.held
+            if r.engine is not None and r.engine.last_used < cutoff and not r.protected
         ]
 
     def check_pin(self, record: CachedVersion, owner: Owner, resolved: ResolvedVersion) -> None:

@@ -30,9 +30,10 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
+
+from apps.serving.cache.clock import Clock, monotonic
 
 STARVATION_S = 0.5  # the least an adapter may be kept waiting while others keep the slots busy
 # ... or this many times a request's mean time in the engine, where that is longer
@@ -45,7 +46,14 @@ class DeviceGate:
     a pin is set up): the requests let in are woken with their slot already counted, so a
     freed slot is never idle while a task switch decides who gets it."""
 
-    def __init__(self, slots: Callable[[], int], early: Callable[[], bool] = lambda: False) -> None:
+    def __init__(
+        self,
+        slots: Callable[[], int],
+        early: Callable[[], bool] = lambda: False,
+        *,
+        clock: Clock = monotonic,
+    ) -> None:
+        self._clock = clock
         self._slots = slots  # max_loras - len(pinned) - pins being set up, read live
         # whether a slot about to free may be handed on a step early (nothing pinned: then
         # vLLM's own scheduler counts every adapter it runs, see ``finishing``)
@@ -130,7 +138,7 @@ class DeviceGate:
 
     def _dispatch(self) -> None:
         """Let in whoever may enter now; arm a timer for the moment someone starts starving."""
-        now = time.monotonic()
+        now = self._clock()
         # waiters of adapters in the batch join it: not one whose slot is being handed on,
         # nor the one draining for a starving adapter
         closed = self._leaving()
@@ -166,7 +174,7 @@ class DeviceGate:
         if lora_id is None or pinned:
             return
         woken: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(lora_id, []).append((time.monotonic(), woken))
+        self._waiting.setdefault(lora_id, []).append((self._clock(), woken))
         self._dispatch()
         try:
             await woken
@@ -207,7 +215,7 @@ class DeviceGate:
         # Its time in the engine, for the mean behind ``starvation_s``. Requests are paired
         # with admissions oldest first: whichever request this was, the times of a set of
         # requests add up the same, so the mean is right.
-        held = time.monotonic() - admitted.popleft()
+        held = self._clock() - admitted.popleft()
         if self._hold_s is None:
             self._hold_s = held
         else:

@@ -46,16 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.serving import offload
 from apps.serving.cache import download
-from apps.serving.cache.disk import DiskIndex, DiskTier, IntegrityFailure, Landed, OnDisk
+from apps.serving.cache.book import TierBook
+from apps.serving.cache.clock import Clock, monotonic
+from apps.serving.cache.clock import timer as default_timer
+from apps.serving.cache.disk import DiskTier, IntegrityFailure, Landed, OnDisk
 from apps.serving.cache.engine_slots import AdapterHandle, EngineSlots
-from apps.serving.cache.engine_tiers import EngineTiers, Owner
+from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.loads import LoadQueue
 from apps.serving.cache.policies import Policy, Resident, make_policy, rank
-from apps.serving.cache.versions import CachedVersion, State, Versions
+from apps.serving.cache.versions import CachedVersion, State
 from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
@@ -143,6 +146,8 @@ class CacheManager:
         on_integrity_failure=None,
         on_evict: Callable[[str, int | None], None] | None = None,
         on_load: Callable[[str, float], None] | None = None,
+        clock: Clock = monotonic,
+        timer: Clock = default_timer,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -151,12 +156,16 @@ class CacheManager:
         self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
         self.on_evict = on_evict
         self.on_load = on_load  # callable(source tier, ms): once per load, however many wait
-        self.policy: Policy = policy or make_policy("weighted")
-        self.versions = Versions()
-        self.tiers = EngineTiers(
-            lambda: (self.engine.settings.max_loras, self.engine.settings.max_cpu_loras)
+        self.clock = clock  # for the tier rules (``book.py``)
+        self.timer = timer  # for the durations a load reports
+        self.book = TierBook(
+            slots=lambda: (self.engine.settings.max_loras, self.engine.settings.max_cpu_loras),
+            policy=policy or make_policy("weighted"),
+            clock=clock,
         )
-        self.on_disk = DiskIndex(self.disk)
+        self.versions = self.book.versions
+        self.tiers = self.book.tiers
+        self.on_disk = self.book.on_disk
         limits = limits or Limits()
         self.loads = LoadQueue(
             max_fetches=limits.max_fetches,
@@ -168,6 +177,14 @@ class CacheManager:
         self._adding: list[int] = []  # sizes of the versions on their way into the engine
 
     # --- configuration ---------------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        return self.book.policy
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        self.book.policy = policy
 
     @property
     def limits(self) -> Limits:
@@ -206,7 +223,7 @@ class CacheManager:
 
     def adopt(self, found: list[OnDisk]) -> None:
         """Index the verified folders found at start-up (their last use: when they landed)."""
-        now, wall = time.monotonic(), time.time()
+        now, wall = self.clock(), time.time()
         for entry in found:
             record = self.versions.of(entry.version_id)
             record.name = record.name or entry.path.relative_to(self.disk.root).as_posix()
@@ -232,10 +249,10 @@ class CacheManager:
     def _land(self, resolved: ResolvedVersion, record: CachedVersion) -> OnDiskNow:
         timings: dict[str, float] = {}
         if self.disk.has(resolved):
-            started = time.perf_counter()
+            started = self.timer()
             try:
                 self.disk.check(resolved, hash_bytes=self.limits.verify_checksum)
-                timings["check_ms"] = (time.perf_counter() - started) * 1000
+                timings["check_ms"] = (self.timer() - started) * 1000
                 self._note_on_disk(resolved, record)
                 return OnDiskNow("L3", timings)
             except IntegrityFailure as exc:
@@ -246,6 +263,7 @@ class CacheManager:
                     self.on_integrity_failure(resolved, "L3", str(exc))
         # room under the cap first: the tier never holds more than its cap, even mid-landing
         self.trim_disk(keep={resolved.version_id}, incoming=resolved.size_bytes)
+        started = self.timer()
         try:
             landed = self._land_with_room(resolved)
         except IntegrityFailure as exc:
@@ -254,7 +272,7 @@ class CacheManager:
                 self.on_integrity_failure(resolved, "L4", str(exc))
             raise AdapterIntegrityError(str(exc)) from None
         timings.update(fetch_ms=landed.fetch_ms, verify_ms=landed.verify_ms)
-        self._note_on_disk(resolved, record, reload_ms=landed.fetch_ms + landed.verify_ms)
+        self._note_on_disk(resolved, record, reload_ms=(self.timer() - started) * 1000)
         return OnDiskNow("L4", timings)
 
     def _land_with_room(self, resolved: ResolvedVersion) -> Landed:
@@ -295,17 +313,13 @@ class CacheManager:
         self, resolved: ResolvedVersion, record: CachedVersion, reload_ms: float | None = None
     ) -> None:
         """One more use of the version's disk copy (just landed, or checked for a load)."""
-        now = time.monotonic()
-        known = record.disk or Resident(
-            version_id=resolved.version_id,
+        self.book.landed(
+            record,
             tenant_id=resolved.tenant_id,
             size_bytes=resolved.size_bytes,
-            last_used=now,
+            folder=self.disk.folder(resolved),
+            reload_ms=reload_ms,
         )
-        known = known.touched(now, self.policy.half_life_s)
-        if reload_ms is not None:
-            known = known._replace(reload_cost_ms=reload_ms)
-        self.on_disk.add(record, known, self.disk.folder(resolved))
 
     def disk_bytes(self) -> int:
         return self.on_disk.bytes()
@@ -326,15 +340,13 @@ class CacheManager:
 
     def _evict_from_disk(self, need_bytes: int, keep: Collection[int]) -> list[int]:
         """Evict L3 folders, lowest value first, until ``need_bytes`` are freed or nothing
-        more may go (see ``DiskIndex.victims``)."""
+        more may go (see ``TierBook.disk_victims``)."""
         evicted: list[int] = []
-        for victim in self.on_disk.victims(need_bytes, keep=keep, policy=self.policy):
-            record = self.versions.of(victim.version_id)
-            folder = self.on_disk.drop(record)
+        for victim in self.book.disk_victims(need_bytes, keep=keep):
+            folder = self.book.drop_from_disk(victim.version_id)
             if folder is not None:
                 self.disk.remove(folder)
-            evicted.append(record.version_id)
-            self.policy.on_evict(victim, time.monotonic())
+            evicted.append(victim.version_id)
             if self.on_evict:
                 self.on_evict("L3", victim.tenant_id)
         return evicted
@@ -370,21 +382,19 @@ class CacheManager:
         owner = owner or Owner(tenant_id=resolved.tenant_id)
         self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
         handle = self._handle(resolved)
-        started = time.monotonic()
-        self.policy.observe(record.version_id, started)  # a learning policy counts every use
+        started = self.book.observe(record.version_id)  # a learning policy counts every use
         placed: Placed | None = None
         while True:
             if record.quarantined:
                 raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
-            if record.engine is not None:  # the hot path: no queue, no lock, no I/O
-                tier = self.tiers.tier_of(record)  # before this use
-                self.tiers.touch(record, time.monotonic(), self.policy.half_life_s)
+            tier = self.book.use(record)  # the hot path: no queue, no lock, no I/O
+            if tier is not None:
                 if hold:
                     self.tiers.hold(record)
                 if placed is not None:  # it was loaded for this request
                     return placed
                 return Placed(handle, tier, 0.0)
-            left = None if deadline_s is None else deadline_s - (time.monotonic() - started)
+            left = None if deadline_s is None else deadline_s - (self.clock() - started)
             task = record.loading
             if task is None:
                 if self.loads.full():
@@ -433,7 +443,7 @@ class CacheManager:
     async def _load(
         self, resolved: ResolvedVersion, record: CachedVersion, owner: Owner, handle: AdapterHandle
     ) -> Placed:
-        started = time.perf_counter()
+        started = self.timer()
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
             found = await offload.run(self.land, resolved)
         else:
@@ -445,7 +455,7 @@ class CacheManager:
             # its place is counted from here until it is a resident (below), so that loads
             # running beside it make room for it too
             self._adding.append(resolved.size_bytes)
-            add_started = time.perf_counter()
+            add_started = self.timer()
             try:
                 # The removals and the add go to the engine core together: it takes every
                 # queued call between two steps, in the order sent, so the victims leave
@@ -455,20 +465,13 @@ class CacheManager:
                 await asyncio.gather(*removals, self.engine.add_adapter(handle))
             finally:
                 self._adding.remove(resolved.size_bytes)
-            timings["add_ms"] = (time.perf_counter() - add_started) * 1000
-        load_ms = (time.perf_counter() - started) * 1000
-        on_disk = record.disk  # its use so far, this one included
-        self.tiers.add(
+            timings["add_ms"] = (self.timer() - add_started) * 1000
+        load_ms = (self.timer() - started) * 1000
+        self.book.admit(
             record,
-            Resident(
-                version_id=record.version_id,
-                tenant_id=resolved.tenant_id,
-                size_bytes=resolved.size_bytes,
-                last_used=time.monotonic(),
-                hits=on_disk.hits if on_disk is not None else 1.0,
-                reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],
-                tenant_priority=owner.priority,
-            ),
+            owner,
+            size_bytes=resolved.size_bytes,
+            reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],
         )
         if self.on_load:
             self.on_load(tier, load_ms)
@@ -482,10 +485,9 @@ class CacheManager:
         the engine calls that take them out are returned, for the caller to send."""
         removals: list[Coroutine[Any, Any, bool]] = []
         while True:
-            victims = self.tiers.victims(
+            victims = self.book.engine_victims(
                 owner,
                 incoming=incoming,
-                policy=self.policy,
                 warm_bytes=self.limits.warm_bytes,
                 pressure=self.loads.pressure(),
                 adding=self._adding,
@@ -500,15 +502,13 @@ class CacheManager:
             if not victims:
                 return removals
             for victim in victims:
-                self.policy.on_evict(victim, time.monotonic())
                 removals.append(await self._take_out(victim.version_id))
                 if self.on_evict:
                     self.on_evict("L2", victim.tenant_id)
 
     def expire(self) -> list[int]:
         """The unpinned versions idle in the engine longer than the TTL (to be removed)."""
-        cutoff = time.monotonic() - self.limits.ttl_s
-        return [record.version_id for record in self.tiers.idle_since(cutoff)]
+        return self.book.expired(self.limits.ttl_s)
 
     async def expire_idle(self) -> int:
         expired = self.expire()
@@ -586,10 +586,8 @@ class CacheManager:
 
     async def _take_out(self, version_id: int) -> Coroutine[Any, Any, bool]:
         """``unload``'s bookkeeping, done; its engine call, returned unsent."""
-        record = self.versions.of(version_id)
-        if self.tiers.unpin(record):
+        if self.book.take_out(version_id):
             await self.tiers.gate.changed()  # its device slot rotates again
-        self.tiers.drop(record)
         return self.engine.remove_adapter(version_id)
 
     async def evict(self, resolved: ResolvedVersion, tier: str) -> None:
@@ -663,7 +661,7 @@ class CacheManager:
         }
 
     def residents(self) -> dict[str, list[dict]]:
-        now = time.monotonic()
+        now = self.clock()
         device = self.tiers.device_set()
         engine = [
             (rec, rec.engine._replace(deprecated=rec.deprecated))

@@ -15,7 +15,8 @@ from django.conf import settings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from apps.registry.aliases import ResolvedVersion, load_version
+from apps.registry.contracts import ResolvedVersion
+from apps.registry.snapshots import load_version
 from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.manager import AdapterIntegrityError, CacheManager

@@ -21,8 +21,8 @@ from typing import cast
 from django.db import close_old_connections, connection
 from django.db.models import Field
 
-from apps.registry import aliases
-from apps.registry.aliases import AliasSnapshot
+from apps.registry import snapshots
+from apps.registry.contracts import AliasSnapshot
 from apps.registry.models import Alias
 from apps.serving.models import CacheSettings, Quarantine
 from apps.tenants import services as tenant_services
@@ -158,7 +158,7 @@ class Lookups:
         if key in self._aliases:
             return self._aliases[key]
         generation = self._generation
-        snapshot = aliases.load_alias_snapshot(tenant_id=tenant_id, name=name)
+        snapshot = snapshots.load_alias_snapshot(tenant_id=tenant_id, name=name)
         if generation == self._generation:
             self._aliases[key] = snapshot
         return snapshot
@@ -199,13 +199,13 @@ class Lookups:
         with self._lock:
             self._generation += 1
             generation = self._generation
-        snapshots = aliases.load_all_alias_snapshots()
+        loaded = snapshots.load_all_alias_snapshots()
         with self._lock:
             self._callers.clear()
             if generation != self._generation:  # a change arrived while loading: drop all
                 self._aliases.clear()
                 return
-            self._aliases = {(s.tenant_id, s.name): s for s in snapshots}
+            self._aliases = {(s.tenant_id, s.name): s for s in loaded}
             self.refreshed_at = time.monotonic()
         close_old_connections()
 

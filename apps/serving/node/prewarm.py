@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 from django.db import close_old_connections
 from django.db.models import Count, Q, Sum
 
-from apps.registry.aliases import ResolvedVersion, load_alias_snapshot, load_version
+from apps.registry.contracts import ResolvedVersion
 from apps.registry.models import AdapterVersion
+from apps.registry.snapshots import load_alias_snapshot, load_version
 from apps.serving import offload
 from apps.serving.cache.manager import CacheManager
 from apps.serving.models import RequestLog, RequestMinute

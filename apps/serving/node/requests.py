@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from apps.registry.aliases import AliasSnapshot, ResolvedVersion
+from apps.registry.contracts import AliasSnapshot, ResolvedVersion
 from apps.serving import offload, outcomes, quality
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
 from apps.serving import quality
 from apps.serving.node.admission import Admission, NoSpareSlot
 from apps.serving.node.background import BackgroundTasks

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from apps.registry import keys
-from apps.registry.aliases import ResolvedVersion
+from apps.registry.contracts import ResolvedVersion
 from apps.serving import offload, quarantine
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.node import openai_protocol as oai

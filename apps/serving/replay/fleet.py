@@ -1,5 +1,5 @@
 """Several nodes behind a router, simulated: which node each request goes to, then each node's
-share of the trace through the tier model (``simulate.replay``) with the node's own policy.
+share of the trace through the tier model (``simulate.simulate``) with the node's own policy.
 
 Routers (the ones an operator chooses between in front of a fleet):
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from apps.serving.replay.simulate import Capacity, Costs, Result, replay
+from apps.serving.replay import simulate as single
+from apps.serving.replay.simulate import Capacity, Costs, Result
 from apps.serving.replay.traces import Trace
 
 VNODES = 160
@@ -163,7 +164,9 @@ def simulate(
     """Route ``trace`` over ``nodes`` nodes, each with ``capacity``, and replay each share."""
     assignment = route(trace, router, nodes, service_s=service_s, speedup=speedup)
     results = [
-        replay(subtrace(trace, assignment == n, f"{trace.name}@node{n}"), policy, capacity, costs)
+        single.simulate(
+            subtrace(trace, assignment == n, f"{trace.name}@node{n}"), policy, capacity, costs
+        )
         for n in range(nodes)
     ]
     return FleetResult(

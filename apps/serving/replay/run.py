@@ -14,7 +14,7 @@ from typing import Any
 from apps.serving.cache.policies import POLICIES, SETTINGS, Adaptive, Weighted, make_policy
 from apps.serving.replay import traces
 from apps.serving.replay.offline import Oracle, belady_hits, known_popularity_hits
-from apps.serving.replay.simulate import MB, TIERS, Capacity, Costs, Result, replay
+from apps.serving.replay.simulate import MB, TIERS, Capacity, Costs, Result, simulate
 
 GIB = 1024**3
 SYNTHETIC = ("zipf", "shift", "bursty", "scan")
@@ -167,7 +167,7 @@ def optimum(trace: traces.Trace, capacity: Capacity, costs: Costs) -> dict:
         if known is not None:  # a generated trace: the online ceiling too
             best["known_popularity_hit_rate"] = known / max(len(trace), 1)
         return best
-    result = replay(trace, Oracle(trace), capacity, costs)
+    result = simulate(trace, Oracle(trace), capacity, costs)
     figures = summarize(result)
     return {"kind": "offline heuristic", "bound": False, **figures}
 
@@ -192,7 +192,7 @@ def execute(
     tick("offline optimum")
     runs = {}
     for name in spec.policies:
-        runs[name] = summarize(replay(trace, name, capacity, costs), best["hit_rate"])
+        runs[name] = summarize(simulate(trace, name, capacity, costs), best["hit_rate"])
         tick(name)
     report: dict[str, Any] = {
         "trace": {
@@ -223,7 +223,7 @@ def execute(
             rates = []
             for value in values:
                 cap = _resized(capacity, which, value)
-                result = replay(trace, name, cap, costs)
+                result = simulate(trace, name, cap, costs)
                 rates.append(result.rate("L1") if which == "l1" else result.hit_rate)
                 tick(f"{name} {which.upper()}={value}")
             curve["policies"][name] = rates
@@ -313,7 +313,7 @@ def tune(
         params = dict(zip(names, values, strict=True))
         row: dict = {"params": params}
         for which, trace in (("train", train), ("validate", validate)):
-            result = replay(trace, adaptive(**params), capacity, costs)
+            result = simulate(trace, adaptive(**params), capacity, costs)
             row[which] = {"hit_rate": result.hit_rate, "reload_s": result.reload_ms / 1000}
         rows.append(row)
         if progress:
