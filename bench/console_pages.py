@@ -47,9 +47,9 @@ def seed(rng: random.Random) -> dict:
     from django.db import connection
 
     from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
-    from apps.serving.histograms import N_BUCKETS
-    from apps.serving.models import RequestMinute
-    from apps.serving.stats import rebuild_rollups
+    from apps.telemetry.histograms import N_BUCKETS
+    from apps.telemetry.models import RequestMinute
+    from apps.telemetry.stats import rebuild_rollups
     from apps.tenants import services
     from apps.tenants.choices import PlatformRole, TenantRole
     from apps.tenants.models import AuditEvent, Tenant
@@ -231,7 +231,7 @@ def seeded() -> dict | None:
     from django.contrib.auth.models import User
 
     from apps.registry.models import AdapterVersion, Alias
-    from apps.serving.models import RequestMinute
+    from apps.telemetry.models import RequestMinute
     from apps.tenants.models import Tenant
 
     tenant = Tenant.objects.filter(slug="tenant-000").first()

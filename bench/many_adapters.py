@@ -581,10 +581,10 @@ def replay_agreement(engine) -> dict:
     import numpy as np
 
     from apps.serving.cache.policies import POLICIES
-    from apps.serving.models import RequestLog
     from apps.serving.replay import run as replay_run
-    from apps.serving.replay.log import costs_from_log, log_rows
     from apps.serving.replay.traces import write_export
+    from apps.telemetry.models import RequestLog
+    from apps.telemetry.requestlog import costs_from_log, log_rows
 
     default = POLICIES[0]  # "weighted": the node's default
     time.sleep(3)  # the node's statistics writer flushes every second

@@ -56,7 +56,7 @@ def setup_database(work: Path) -> None:
 
 
 def records(tenant_id: int, keys: int, n: int, at: datetime) -> list:
-    from apps.serving.stats import RequestRecord
+    from apps.telemetry.stats import RequestRecord
 
     return [
         RequestRecord(
@@ -87,8 +87,8 @@ def main() -> None:
         setup_database(Path(tmp))
         from django.db import connection, transaction
 
-        from apps.serving.models import RequestLog
-        from apps.serving.stats import write_records
+        from apps.telemetry.models import RequestLog
+        from apps.telemetry.stats import write_records
         from apps.tenants.models import Tenant
 
         tenant = Tenant.objects.create(slug="bench", name="bench")

@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 
 from apps.evaluations.api import router as evaluations_router
+from apps.fleet.api import router as fleet_router
 from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
 from apps.releases.api import router as releases_router
@@ -27,6 +28,7 @@ api = NinjaAPI(title="lorahub control plane", version="1", urls_namespace="api")
 api.add_router("/", tenants_router)
 api.add_router("/", registry_router)
 api.add_router("/", serving_router)
+api.add_router("/", fleet_router)
 api.add_router("/", evaluations_router)
 api.add_router("/", releases_router)
 

@@ -43,10 +43,10 @@ class PlatformCollector:
     workers, several pods) answers the same numbers."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        from apps.fleet import node_registry
+        from apps.fleet.models import Quarantine
         from apps.registry.models import AdapterVersion
         from apps.releases.models import Release
-        from apps.serving import node_registry
-        from apps.serving.models import Quarantine
 
         nodes = GaugeMetricFamily(
             "lorahub_nodes", "Serving nodes in the registry, by state", labels=["state"]

@@ -182,6 +182,8 @@ INSTALLED_APPS = [
     "mozilla_django_oidc",
     "apps.tenants",
     "apps.registry",
+    "apps.telemetry",
+    "apps.fleet",
     "apps.serving",
     "apps.evaluations",
     "apps.releases",
@@ -486,7 +488,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # webhook deliveries whose message was lost; nodes gone quiet (the operators' node.down)
     "sweep-webhooks": {"task": "apps.tenants.tasks.sweep_webhooks", "schedule": 60.0},
-    "watch-nodes": {"task": "apps.serving.tasks.watch_nodes", "schedule": 30.0},
+    "watch-nodes": {"task": "apps.fleet.tasks.watch_nodes", "schedule": 30.0},
 }
 # --- notifications (apps/tenants/webhooks.py) ---
 # A receiver must be public (the URL is a tenant's): private, loopback and link-local

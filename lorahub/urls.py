@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 
 from apps.tenants import oidc, signin
 from lorahub.api import api
+from lorahub.home import home
 
 urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
@@ -19,6 +20,9 @@ urlpatterns = [
     path("oidc/authenticate/", oidc.SignInStart.as_view(), name="oidc_sign_in"),
     path("oidc/callback/", oidc.SignInCallback.as_view(), name="oidc_callback"),
     path("api/", api.urls),
+    path("", home, name="home"),
+    path("", include("apps.telemetry.urls")),
+    path("", include("apps.fleet.urls")),
     path("", include("apps.serving.urls")),
     path("", include("apps.registry.urls")),
     path("", include("apps.tenants.urls")),

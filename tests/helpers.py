@@ -272,7 +272,7 @@ def record_requests(tenant, version: str, n: int, *, status: int = 200, at=None)
     """``n`` requests of alias ``support`` as a node records them (request log and rollups)."""
     from django.utils import timezone
 
-    from apps.serving import stats
+    from apps.telemetry import stats
 
     moment = at or timezone.now()
     stats.write_records(

@@ -27,11 +27,11 @@ from apps.evaluations.models import (
     EvaluationSet,
     EvaluationSetRevision,
 )
+from apps.fleet.node_client import NodeClient, configured_nodes
 from apps.registry import snapshots
 from apps.registry.models import Adapter, AdapterVersion
-from apps.serving import outcomes, quality
-from apps.serving.console.node_client import NodeClient, configured_nodes
-from apps.serving.outcomes import Outcome
+from apps.telemetry import outcomes, quality
+from apps.telemetry.outcomes import Outcome
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
 from apps.tenants.errors import DomainError, Invalid, NotFound
@@ -224,7 +224,7 @@ def _ask(
     outcome = outcomes.classify(response.status_code)
     if outcome in (Outcome.SERVER_FAILURE, Outcome.THROTTLED):
         # the platform's failure, not the version's: the run stops (or is retried), it does
-        # not count against either version (apps/serving/outcomes.py)
+        # not count against either version (apps/telemetry/outcomes.py)
         raise NodeAnswerError(f"node {node.name} answered {response.status_code}")
     body = response.json()
     if outcome is not Outcome.OK:  # a caller error: this case's request was refused

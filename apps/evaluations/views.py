@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from apps.evaluations import services
 from apps.evaluations.api import visible_revisions, visible_runs
 from apps.registry.api import visible_versions
-from apps.serving.quality import side_by_side
+from apps.telemetry.quality import side_by_side
 from apps.tenants.console import principal_of, require, signed_in
 from apps.tenants.errors import DomainError, Invalid
 

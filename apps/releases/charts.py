@@ -1,6 +1,6 @@
 """The release page's Plotly figures, over the release's window only (its start to its end):
 the canary error gate's own value at each judgement beside the server-failure rate per minute
-(apps/serving/outcomes.py: the one definition), the callers' errors and throttling apart (never
+(apps/telemetry/outcomes.py: the one definition), the callers' errors and throttling apart (never
 judged), TTFT p95, quality markers and shadow agreement, with the release's steps marked."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from django.utils import timezone
 
 from apps.releases.models import Release
-from apps.serving.console import dashboards
+from apps.telemetry import dashboards
 
 Figure = dict[str, Any]
 STEP_KINDS = ("start", "advance", "promote", "rollback", "abort", "pause", "resume")

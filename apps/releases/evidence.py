@@ -11,9 +11,9 @@ import numpy as np
 from django.db.models import Sum
 
 from apps.registry.models import AdapterVersion, Alias
-from apps.serving import outcomes
-from apps.serving.models import RequestLog, ShadowMinute
-from apps.serving.outcomes import Outcome
+from apps.telemetry import outcomes
+from apps.telemetry.models import RequestLog, ShadowMinute
+from apps.telemetry.outcomes import Outcome
 
 MAX_ROWS = 200_000  # per version and window: a judgement reads at most this many requests
 
@@ -23,7 +23,7 @@ class Traffic:
     """One version's requests through an alias in a window."""
 
     requests: int
-    errors: int  # server failures (apps/serving/outcomes.py): what counts against a version
+    errors: int  # server failures (apps/telemetry/outcomes.py): what counts against a version
     ttft_p95_ms: float | None
     markers: int  # cut by max_tokens, empty, refused, or invalid JSON
     caller_errors: int = 0  # the callers' own mistakes (4xx): shown, never judged

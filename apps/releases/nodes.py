@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 import time
 
+from apps.fleet import node_client
 from apps.registry.models import AdapterVersion, Alias
-from apps.serving.console import node_client
 from apps.tenants.errors import Conflict, DomainError
 
 logger = logging.getLogger(__name__)

@@ -364,7 +364,7 @@ JUDGED_POINTS = 2000  # per release: the chart of the gate's values keeps the ne
 
 def _keep_judged(release: Release, now, values: list[dict]) -> None:
     """The canary error gate's value at each judgement: the release chart plots exactly this
-    (the server-failure rate of the step so far, apps/serving/outcomes.py)."""
+    (the server-failure rate of the step so far, apps/telemetry/outcomes.py)."""
     gate = next((g for g in values if g["gate"] == "canary error rate"), None)
     if gate is None or gate["value"] is None:
         return

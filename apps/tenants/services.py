@@ -284,3 +284,10 @@ def set_priority(*, tenant: Tenant, priority: int, actor: AbstractBaseUser | Non
             after={"priority": Priority(priority).label},
         )
     return tenant
+
+
+def memberships_of(user) -> list[Membership]:
+    """The user's memberships, with their tenants, in the order of the tenants' slugs."""
+    return list(
+        Membership.objects.filter(user=user).select_related("tenant").order_by("tenant__slug")
+    )

@@ -279,7 +279,7 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
 def set_limits(request: HttpRequest, slug: str) -> HttpResponse:
     """The operator's quota and priority form (on the tenant's quota page)."""
     tenant = tenant_or_404(principal_of(request), slug)
-    back = reverse("serving:quota", args=[tenant.slug])
+    back = reverse("fleet:quota", args=[tenant.slug])
     limits: dict[str, int] = {}
     for field in services.QUOTA_FIELDS:
         raw = request.POST.get(field, "").strip()

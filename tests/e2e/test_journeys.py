@@ -13,7 +13,8 @@ from playwright.sync_api import expect
 from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.serving import demo_corpus as corpus
-from apps.serving.models import CacheSettings, RequestMinute
+from apps.serving.models import CacheSettings
+from apps.telemetry.models import RequestMinute
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey

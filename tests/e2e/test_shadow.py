@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.serving import demo_corpus as corpus
-from apps.serving.models import ShadowMinute
+from apps.telemetry.models import ShadowMinute
 from apps.tenants import services as tenant_services
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
 from tests.helpers import key_client

@@ -8,7 +8,7 @@ import pytest
 from apps.evaluations import services
 from apps.evaluations.cases import Case
 from apps.evaluations.models import EvaluationCaseResult, EvaluationRun
-from apps.serving import quality
+from apps.telemetry import quality
 from tests.evaluations.test_sets import GOOD, jsonl, upload
 from tests.helpers import key_client, user_client
 

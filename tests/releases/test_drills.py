@@ -13,7 +13,7 @@ from django.test import Client
 
 from apps.registry.models import AliasEvent
 from apps.serving import demo_corpus as corpus
-from apps.serving.models import RequestLog
+from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from tests.evaluations.test_sets import thank_you_cases
 from tests.helpers import user_client

@@ -1,4 +1,4 @@
-"""One definition of an error (apps/serving/outcomes.py) from the request log to the gate and the
+"""One definition of an error (apps/telemetry/outcomes.py) from the request log to the gate and the
 chart: a release during which one caller is throttled and another sends bad requests is judged
 on server failures alone, its chart plots the number the gate judged, shows the callers' 4xx and
 429s as series of their own, and ends where the release ended."""
@@ -15,10 +15,9 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import charts, services
 from apps.releases.models import Release
-from apps.serving import outcomes
-from apps.serving.console import dashboards
-from apps.serving.models import RequestMinute
-from apps.serving.outcomes import Outcome
+from apps.telemetry import dashboards, outcomes
+from apps.telemetry.models import RequestMinute
+from apps.telemetry.outcomes import Outcome
 from apps.tenants.auth import principal_for_user
 from tests.helpers import record_requests
 
@@ -49,7 +48,7 @@ record = record_requests  # tests/helpers.py
     ],
 )
 def test_the_one_definition_and_its_query_agree(status, finish, outcome, tenant_a):
-    from apps.serving.models import RequestLog
+    from apps.telemetry.models import RequestLog
 
     assert outcomes.classify(status, finish) is outcome
     RequestLog.objects.create(
@@ -140,11 +139,16 @@ def test_the_migration_rederives_what_the_log_holds_and_marks_the_rest(tenant_a)
     the others are marked as counted the old way."""
     import importlib
 
-    from django.apps import apps
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
 
-    from apps.serving.models import RequestLog
+    from apps.telemetry.models import RequestLog
 
     migration = importlib.import_module("apps.serving.migrations.0012_request_outcomes")
+    # the models as that migration saw them (they belonged to serving then)
+    apps = MigrationExecutor(connection).loader.project_state(
+        ("serving", "0012_request_outcomes")
+    ).apps
     now = timezone.now().replace(second=30, microsecond=0)
     record(tenant_a, "v1", 3, at=now)
     record(tenant_a, "v1", 2, status=429, at=now)

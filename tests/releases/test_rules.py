@@ -20,7 +20,7 @@ from apps.releases import services
 from apps.releases.models import Release, ReleaseEvent
 from apps.releases.plan import PlanError, build
 from apps.releases.views import plan_from_form
-from apps.serving.models import RequestLog
+from apps.telemetry.models import RequestLog
 from apps.tenants.auth import principal_for_user
 from apps.tenants.models import AuditEvent
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from apps.serving import haproxy
+from apps.fleet import haproxy
 from apps.serving.node.internal_api import from_internal_network
 from tests.conftest import free_port
 

@@ -337,7 +337,7 @@ def test_prewarm_loads_the_most_requested_versions(cache, tenant_a):
     for _ in range(3):
         tier_of(ask(cache.keys["a"], cache.url, "support"))
     tier_of(ask(cache.keys["a"], cache.url, "x0"))
-    from apps.serving.models import RequestMinute
+    from apps.telemetry.models import RequestMinute
 
     deadline = time.monotonic() + 10
     while not RequestMinute.objects.filter(tenant=tenant_a, alias="x0").exists():
@@ -355,9 +355,9 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
     """The seed's log replay, checked against the real thing: the same sequence, capacities
     and policy through the replay give the tier the node put in X-Lorahub-Cache-Tier for
     every request (two tenants, two adapter sizes, evictions from the engine)."""
-    from apps.serving.models import RequestLog
-    from apps.serving.replay.log import trace_from_log
     from apps.serving.replay.simulate import Capacity, Costs, simulate
+    from apps.telemetry.models import RequestLog
+    from apps.telemetry.requestlog import trace_from_log
 
     def use(name):
         def change(config):

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db.models import Q, Sum
 
-from apps.serving.console import dashboards
-from apps.serving.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
-from apps.serving.models import PlatformRollup, RequestMinute, RequestRollup
-from apps.serving.stats import RequestRecord, write_records
+from apps.telemetry import dashboards
+from apps.telemetry.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
+from apps.telemetry.models import PlatformRollup, RequestMinute, RequestRollup
+from apps.telemetry.stats import RequestRecord, write_records
 
 
 def test_buckets_hold_their_upper_bound_and_the_last_one_is_open():
@@ -183,8 +183,8 @@ def test_fairness_puts_every_tenants_hit_rate_and_p95_side_by_side(tenant_a, ten
 
 
 def test_rebuilding_the_coarse_rollups_from_minutes_gives_what_was_written(tenant_a):
-    from apps.serving.models import RequestRollup
-    from apps.serving.stats import rebuild_rollups
+    from apps.telemetry.models import RequestRollup
+    from apps.telemetry.stats import rebuild_rollups
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
     write_records(
@@ -202,7 +202,7 @@ def test_rebuilding_the_coarse_rollups_from_minutes_gives_what_was_written(tenan
 def test_percentiles_of_many_steps_at_once_equal_one_at_a_time():
     import random
 
-    from apps.serving.histograms import quantiles
+    from apps.telemetry.histograms import quantiles
 
     rng = random.Random(3)
     rows = [[rng.choice([0, 0, 1, 5, 40]) for _ in range(N_BUCKETS)] for _ in range(200)]
@@ -218,8 +218,8 @@ def test_percentiles_of_many_steps_at_once_equal_one_at_a_time():
 def test_evictions_and_residency_changes_are_recorded_per_minute_and_carried_forward(
     tenant_a, tenant_b
 ):
-    from apps.serving.models import CacheMinute
     from apps.serving.node.stats_recorder import StatsRecorder
+    from apps.telemetry.models import CacheMinute
 
     recorder = StatsRecorder("n1")
     recorder.note_residency({tenant_a.id: (1, 3)})
@@ -285,7 +285,7 @@ def test_the_platform_series_is_the_sum_of_every_tenants_and_reads_one_row_per_s
 
 
 def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant_a, tenant_b):
-    from apps.serving.stats import rebuild_platform_rollups
+    from apps.telemetry.stats import rebuild_platform_rollups
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
     write_records(
@@ -314,7 +314,7 @@ def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant
 def test_a_dashboard_opens_on_the_range_that_holds_its_data(
     tenant_a, tenant_b, ages_min, expected, platform
 ):
-    from apps.serving.stats import rebuild_rollups
+    from apps.telemetry.stats import rebuild_rollups
 
     now = datetime.now(UTC)
     write_records("n1", [_record(tenant_a.id, now - timedelta(minutes=m)) for m in ages_min])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from apps.fleet import quarantine
+from apps.fleet.models import Quarantine
 from apps.registry.models import Adapter, AdapterVersion, Alias
-from apps.serving import quarantine
-from apps.serving.models import CacheSettings, Quarantine
+from apps.serving.models import CacheSettings
 from apps.serving.node.lookups import Lookups
 from apps.tenants import services as tenant_services
 from apps.tenants.models import Quota, Tenant

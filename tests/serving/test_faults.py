@@ -341,7 +341,7 @@ def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics
     from django.db import connections
 
     from apps.registry import aliases
-    from apps.serving.models import RequestLog
+    from apps.telemetry.models import RequestLog
     from apps.tenants.auth import principal_for_key
 
     row, key = tenant_services.issue_api_key(tenant=tenant_a, name="app", actor=None)

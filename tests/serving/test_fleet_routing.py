@@ -15,9 +15,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from apps.serving import haproxy
-from apps.serving import node_registry as registry
-from apps.serving.models import ServingNode
+from apps.fleet import haproxy
+from apps.fleet import node_registry as registry
+from apps.fleet.models import ServingNode
 from apps.serving.replay import fleet, traces
 from apps.serving.replay.simulate import Capacity, simulate
 from apps.tenants.models import AuditEvent

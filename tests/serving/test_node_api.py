@@ -15,7 +15,7 @@ from django.test import Client
 
 from apps.registry.models import AdapterVersion
 from apps.serving import demo_corpus as corpus
-from apps.serving.models import RequestLog
+from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
 from tests.conftest import NODE_INTERNAL_TOKEN
@@ -347,7 +347,7 @@ def test_beyond_the_concurrency_and_queue_limits_the_node_answers_503(world):
 
 
 def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
-    """Outcomes as apps/serving/outcomes.py defines them: an unknown model is the caller's
+    """Outcomes as apps/telemetry/outcomes.py defines them: an unknown model is the caller's
     error, counted apart and never as a server failure (the error rate)."""
     url = world["url"]
 
@@ -387,7 +387,7 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     row = rows[-1]
     assert row.adapter_id == "support" and row.version == "v1" and row.ttft_ms > 0
     assert row.completion_tokens > 0
-    from apps.serving.models import RequestMinute
+    from apps.telemetry.models import RequestMinute
 
     assert RequestMinute.objects.filter(tenant=tenant_a, alias="support").exists()
 

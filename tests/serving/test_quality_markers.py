@@ -11,11 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from apps.registry import aliases
-from apps.serving import quality
-from apps.serving.console import dashboards
-from apps.serving.models import RequestLog, RequestMinute, RequestRollup
 from apps.serving.node.generation import Generation
-from apps.serving.stats import RequestRecord, write_records
+from apps.telemetry import dashboards, quality
+from apps.telemetry.models import RequestLog, RequestMinute, RequestRollup
+from apps.telemetry.stats import RequestRecord, write_records
 from apps.tenants.auth import principal_for_user
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from apps.fleet import quarantine
+from apps.fleet.models import Quarantine
 from apps.registry.models import Adapter, AdapterVersion
-from apps.serving import quarantine
-from apps.serving.models import Quarantine
 from tests.helpers import key_client, user_client
 
 pytestmark = pytest.mark.django_db

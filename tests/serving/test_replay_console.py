@@ -8,9 +8,9 @@ import time
 import pytest
 
 from apps.serving import config
-from apps.serving.console.replay_pages import ReplayForm
 from apps.serving.models import ReplayRun
 from apps.serving.replay.run import Spec
+from apps.serving.replay_views import ReplayForm
 from apps.tenants.models import AuditEvent
 from tests.helpers import user_client
 
@@ -155,11 +155,11 @@ def test_the_replay_takes_the_load_costs_the_nodes_measured_and_says_so(tenant_a
     histograms (L4 minus L3: a load from L4 includes the L3 steps) and of L1 hits' TTFT."""
     from datetime import UTC, datetime
 
-    from apps.serving.replay.log import costs_from_log
     from apps.serving.replay.report import policy_table
     from apps.serving.replay.run import Spec, TraceSpec, execute
     from apps.serving.replay.simulate import Costs
-    from apps.serving.stats import RequestRecord, write_records
+    from apps.telemetry.requestlog import costs_from_log
+    from apps.telemetry.stats import RequestRecord, write_records
 
     assert costs_from_log() == Costs()
     now = datetime.now(UTC)

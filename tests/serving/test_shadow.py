@@ -10,7 +10,7 @@ import pytest
 
 from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
-from apps.serving.models import ShadowExample, ShadowMinute
+from apps.telemetry.models import ShadowExample, ShadowMinute
 from tests.helpers import node_metric
 from tests.serving.test_node_api import PROMPT, V1, V2, complete, internal
 

@@ -12,13 +12,13 @@ from django.contrib.auth import get_user_model
 from apps.registry import aliases
 from apps.registry.models import AliasEvent
 from apps.registry.snapshots import load_alias_snapshot
-from apps.serving.console.dashboards import shadow_evidence
-from apps.serving.models import ShadowMinute
 from apps.serving.node.admission import Admission, NoSpareSlot
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.shadow import Answer, Mirrored, Shadows, compare
-from apps.serving.stats import ShadowRecord, write_shadow_records
+from apps.telemetry.dashboards import shadow_evidence
+from apps.telemetry.models import ShadowMinute
+from apps.telemetry.stats import ShadowRecord, write_shadow_records
 from apps.tenants.auth import principal_for_user
 from apps.tenants.errors import Invalid
 from tests.helpers import key_client
@@ -256,8 +256,8 @@ def test_examples_are_kept_only_when_asked_the_newest_few_and_shown_with_their_c
 ):
     from datetime import timedelta
 
-    from apps.serving.models import ShadowExample
-    from apps.serving.stats import SHADOW_EXAMPLES
+    from apps.telemetry.models import ShadowExample
+    from apps.telemetry.stats import SHADOW_EXAMPLES
 
     row = aliases.set_shadow(
         **alias, version_id=support_versions["v2"], percent=50, keep_examples=True

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.serving.models import RequestLog, RequestMinute
-from apps.serving.stats import RequestRecord, write_records
+from apps.telemetry.models import RequestLog, RequestMinute
+from apps.telemetry.stats import RequestRecord, write_records
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import services as releases
 from apps.releases.models import Release
-from apps.serving import stats
+from apps.telemetry import stats
 from apps.tenants import webhooks
 from apps.tenants.auth import principal_for_user
 from apps.tenants.errors import Invalid
@@ -241,9 +241,9 @@ def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_on
 def test_operators_hear_of_every_quarantine_and_of_a_node_down_once(
     db, tenant_a, reviewer, signing_key
 ):
-    from apps.serving import quarantine
-    from apps.serving.models import ServingNode
-    from apps.serving.tasks import watch_nodes
+    from apps.fleet import quarantine
+    from apps.fleet.models import ServingNode
+    from apps.fleet.tasks import watch_nodes
     from tests.helpers import approved_version
 
     platform = webhooks.create(

@@ -6,10 +6,10 @@ from django.db.models.functions import TruncMinute
 
 
 def rederive(apps, schema_editor):
-    """Count the outcomes of the minutes the request log still holds (apps/serving/outcomes.py);
+    """Count the outcomes of the minutes the request log still holds (apps/telemetry/outcomes.py);
     the minutes it no longer holds are marked as counted the old way (``legacy_minutes``)."""
-    from apps.serving import outcomes
-    from apps.serving.stats import rebuild_rollups
+    from apps.telemetry import outcomes
+    from apps.telemetry.stats import rebuild_rollups
 
     minute_model = apps.get_model("serving", "RequestMinute")
     log = apps.get_model("serving", "RequestLog")

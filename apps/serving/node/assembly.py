@@ -27,10 +27,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from apps.fleet import node_registry
+from apps.fleet.node_registry import node_header
 from apps.registry import keys
 from apps.registry import services as registry_services
 from apps.registry.storage import get_store
-from apps.serving import node_registry, offload
+from apps.serving import offload
 from apps.serving.cache import download
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
@@ -51,7 +53,6 @@ from apps.serving.node.requests import RequestPath
 from apps.serving.node.shadow import Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
-from apps.serving.node_registry import node_header
 from lorahub.addresses import caller_address
 
 logger = logging.getLogger(__name__)

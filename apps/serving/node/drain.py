@@ -6,7 +6,7 @@ On SIGTERM (``runnode``'s server calls ``begin``) the node
    ``draining``, so HAProxy's health checks and Kubernetes' readiness probe take it out of
    rotation;
 2. answers new inference requests 503 with ``Retry-After`` (HAProxy retries those on another
-   node: ``retry-on ... 503`` in ``apps/serving/haproxy.py``);
+   node: ``retry-on ... 503`` in ``apps/fleet/haproxy.py``);
 3. lets the requests and streams already under way finish, for at most ``timeout_s``;
 4. and only then lets the server close its listener and run the shutdown that stops the engine.
 
@@ -133,7 +133,7 @@ class Drain:
 
 
 async def _refuse(send: Send, retry_after_s: int) -> None:
-    from apps.serving.node_registry import node_header
+    from apps.fleet.node_registry import node_header
 
     headers = [
         (b"content-type", b"application/json"),

@@ -15,12 +15,13 @@ from django.conf import settings
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from apps.fleet.haproxy import PUBLIC_ENTRY_HEADER
+from apps.fleet.node_registry import node_header
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.snapshots import load_version
 from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
-from apps.serving.haproxy import PUBLIC_ENTRY_HEADER
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
@@ -29,7 +30,6 @@ from apps.serving.node.prewarm import Prewarm
 from apps.serving.node.requests import RequestPath
 from apps.serving.node.seams import Fault
 from apps.serving.node.trust import Trust
-from apps.serving.node_registry import node_header
 from apps.tenants.models import Tenant
 from lorahub.addresses import caller_address, internal_networks, is_in
 from lorahub.tokens import bearer_matches
@@ -65,7 +65,7 @@ def has_internal_token(request: Request) -> bool:
 def from_internal_network(request: Request) -> bool:
     """True if the caller is on the platform's own network (``LORAHUB_INTERNAL_NETWORKS``)
     and did not come in through the router's public entrance, which marks what it forwards
-    (``apps/serving/haproxy.py``), however the path was spelled."""
+    (``apps/fleet/haproxy.py``), however the path was spelled."""
     if request.headers.get(PUBLIC_ENTRY_HEADER):
         return False
     caller = caller_address(

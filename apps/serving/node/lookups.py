@@ -21,10 +21,11 @@ from typing import cast
 from django.db import close_old_connections, connection
 from django.db.models import Field
 
+from apps.fleet.models import Quarantine
 from apps.registry import snapshots
 from apps.registry.contracts import AliasSnapshot
 from apps.registry.models import Alias
-from apps.serving.models import CacheSettings, Quarantine
+from apps.serving.models import CacheSettings
 from apps.tenants import services as tenant_services
 from apps.tenants.errors import KeyExpired
 from apps.tenants.models import ApiKey, Quota, Tenant

@@ -68,7 +68,7 @@ class NodeMetrics:
         )
         self.requests = Counter(
             "adapter_requests",
-            "Inference requests by outcome (apps/serving/outcomes.py): ok, server_failure, "
+            "Inference requests by outcome (apps/telemetry/outcomes.py): ok, server_failure, "
             "caller_error, throttled, cancelled",
             ["tenant", "adapter", "outcome"],
             registry=r,

@@ -13,10 +13,10 @@ from apps.registry.models import AdapterVersion
 from apps.registry.snapshots import load_alias_snapshot, load_version
 from apps.serving import offload
 from apps.serving.cache.manager import CacheManager
-from apps.serving.models import RequestLog, RequestMinute
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
 from apps.serving.node.trust import Trust
+from apps.telemetry.models import RequestLog, RequestMinute
 from apps.tenants.models import Tenant
 from lorahub.cacheconfig import CacheConfig
 

@@ -23,8 +23,9 @@ from django.db import DatabaseError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from apps.fleet.node_registry import node_header
 from apps.registry.contracts import AliasSnapshot, ResolvedVersion
-from apps.serving import offload, outcomes, quality
+from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.manager import (
     AdapterIntegrityError,
@@ -50,8 +51,8 @@ from apps.serving.node.seams import Seams
 from apps.serving.node.shadow import Answer, Mirrored, Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
-from apps.serving.node_registry import node_header
-from apps.serving.stats import RequestRecord
+from apps.telemetry import outcomes, quality
+from apps.telemetry.stats import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
 from lorahub.addresses import caller_address
@@ -79,7 +80,7 @@ class RequestTrace:
     finishing: bool = False  # on its last token (the gate may hand its slot on)
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # the output-quality markers (``apps/serving/quality.py``)
+    # the output-quality markers (``apps/telemetry/quality.py``)
     json: quality.JsonWanted | None = None  # the request asked for JSON
     finish_reason: str = ""
     empty_output: bool = False

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps.registry.contracts import ResolvedVersion
-from apps.serving import quality
 from apps.serving.node.admission import Admission, NoSpareSlot
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.lookups import Caller
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.stats_recorder import StatsRecorder
-from apps.serving.stats import ShadowRecord
+from apps.telemetry import quality
+from apps.telemetry.stats import ShadowRecord
 
 logger = logging.getLogger(__name__)
 

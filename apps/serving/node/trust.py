@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 
+from apps.fleet import quarantine
 from apps.registry import keys
 from apps.registry.contracts import ResolvedVersion
-from apps.serving import offload, quarantine
+from apps.serving import offload
 from apps.serving.cache.disk import IntegrityFailure, verify_manifest
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.engine import EngineSettings

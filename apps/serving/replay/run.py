@@ -74,7 +74,7 @@ class TraceSpec:
         if self.source == "file":
             return traces.read_export(Path(self.path))
         if self.source == "db":
-            from apps.serving.replay.log import trace_from_log  # Django only here
+            from apps.telemetry.requestlog import trace_from_log  # Django only here
 
             return trace_from_log(since_hours=self.since_hours, tenant=self.tenant or None)
         raise ValueError(f"unknown trace source {self.source!r}; use one of {', '.join(SOURCES)}")

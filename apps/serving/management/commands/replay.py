@@ -213,7 +213,7 @@ class Command(BaseCommand):
     def costs(self, options) -> Costs:
         base = Costs()
         if not options["bench_costs"]:  # --costs-from-db: the default since it exists
-            from apps.serving.replay.log import costs_from_log
+            from apps.telemetry.requestlog import costs_from_log
 
             base = costs_from_log(since_hours=max(hours(options["since"]), 24.0))
         given = {

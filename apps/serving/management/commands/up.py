@@ -9,7 +9,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.serving import haproxy
+from apps.fleet import haproxy
 from lorahub.supervise import Supervisor
 
 

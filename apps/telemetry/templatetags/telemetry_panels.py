@@ -11,8 +11,8 @@ from django import template
 from django.utils import timezone
 
 from apps.registry.models import Alias
-from apps.serving.console import charts
-from apps.serving.console.dashboards import canary_evidence, shadow_evidence
+from apps.telemetry import charts
+from apps.telemetry.dashboards import canary_evidence, shadow_evidence
 
 register = template.Library()
 

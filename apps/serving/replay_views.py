@@ -17,11 +17,11 @@ from django.views.decorators.http import require_POST
 
 from apps.serving import config, services
 from apps.serving.cache.policies import POLICIES
-from apps.serving.console import charts
 from apps.serving.models import ReplayRun
 from apps.serving.replay import run
-from apps.serving.replay.log import costs_from_log
 from apps.serving.replay.simulate import Capacity
+from apps.telemetry import charts
+from apps.telemetry.requestlog import costs_from_log
 from apps.tenants.console import operators, principal_of, require, second_factor_page
 from apps.tenants.errors import Invalid, SecondFactorRequired
 

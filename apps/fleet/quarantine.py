@@ -18,11 +18,11 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from apps.fleet.models import Quarantine
 from apps.registry import keys
 from apps.registry.snapshots import load_version
 from apps.registry.storage import get_store
 from apps.serving.cache.disk import DiskTier, IntegrityFailure
-from apps.serving.models import Quarantine
 from apps.tenants import services as tenant_services
 from apps.tenants import webhooks
 from apps.tenants.auth import Principal

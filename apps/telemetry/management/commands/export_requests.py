@@ -8,8 +8,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.serving.management.commands.replay import hours
-from apps.serving.replay.log import log_rows
 from apps.serving.replay.traces import write_export
+from apps.telemetry.requestlog import log_rows
 from apps.tenants.errors import DomainError
 
 

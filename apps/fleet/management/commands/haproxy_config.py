@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.serving import haproxy, node_registry
+from apps.fleet import haproxy, node_registry
 
 
 class Command(BaseCommand):

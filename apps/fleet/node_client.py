@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
-from apps.serving import node_registry
+from apps.fleet import node_registry
 from apps.tenants.errors import Conflict, DomainError, NotFound
 
 logger = logging.getLogger(__name__)

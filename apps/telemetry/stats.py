@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Sum
 
-from apps.serving import outcomes
-from apps.serving.histograms import bucket_of
-from apps.serving.models import (
+from apps.telemetry import outcomes
+from apps.telemetry.histograms import bucket_of
+from apps.telemetry.models import (
     CacheMinute,
     PlatformRollup,
     RequestLog,
@@ -32,7 +32,7 @@ from apps.serving.models import (
     ShadowExample,
     ShadowMinute,
 )
-from apps.serving.quality import FINISH_REASONS
+from apps.telemetry.quality import FINISH_REASONS
 from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class RequestRecord:
     total_ms: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # output-quality markers (``apps/serving/quality.py``)
+    # output-quality markers (``apps/telemetry/quality.py``)
     finish_reason: str = ""  # stop, length, error (or abort, or "" without a generation)
     empty_output: bool = False
     json_requested: bool = False

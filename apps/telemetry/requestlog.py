@@ -11,10 +11,10 @@ import numpy as np
 from django.db.models import Max, Sum
 
 from apps.registry.models import AdapterVersion
-from apps.serving.histograms import bucket_fields, quantile
-from apps.serving.models import PlatformRollup, RequestLog
 from apps.serving.replay.simulate import Costs
 from apps.serving.replay.traces import Trace, from_rows
+from apps.telemetry.histograms import bucket_fields, quantile
+from apps.telemetry.models import PlatformRollup, RequestLog
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Tenant
 

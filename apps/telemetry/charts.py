@@ -74,7 +74,7 @@ def timeline(data: dict) -> dict[str, Figure]:
             ],
             "layout": layout("Requests per step", "requests", barmode="overlay"),
         },
-        # apps/serving/outcomes.py: the error rate is the server failures'; the callers' own
+        # apps/telemetry/outcomes.py: the error rate is the server failures'; the callers' own
         # mistakes and their rate limits are series of their own, never counted as errors
         "chart-outcomes": {
             "data": [

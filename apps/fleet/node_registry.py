@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from apps.serving.models import ServingNode
+from apps.fleet.models import ServingNode
 
 STATES = ("ready", "starting", "restarting", "draining", "dead", "lost", "stopped")
 

@@ -17,8 +17,8 @@ from django.db.models import Max, Q, Sum
 
 from apps.registry.choices import AliasAction
 from apps.registry.models import AdapterVersion, Alias, AliasEvent
-from apps.serving.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
-from apps.serving.models import (
+from apps.telemetry.histograms import HISTOGRAMS, bucket_fields, quantile, quantiles
+from apps.telemetry.models import (
     CacheMinute,
     PlatformRollup,
     RequestMinute,
@@ -26,8 +26,8 @@ from apps.serving.models import (
     ShadowExample,
     ShadowMinute,
 )
-from apps.serving.quality import side_by_side
-from apps.serving.stats import SHADOW_EXAMPLES
+from apps.telemetry.quality import side_by_side
+from apps.telemetry.stats import SHADOW_EXAMPLES
 from apps.tenants.models import Tenant
 
 
@@ -49,7 +49,7 @@ RANGES = {
     )
 }
 TIERS = ("l1", "l2", "l3", "l4")
-# the output-quality markers' counters (``apps/serving/quality.py``)
+# the output-quality markers' counters (``apps/telemetry/quality.py``)
 MARKERS = (
     "finish_stop",
     "finish_length",
@@ -60,7 +60,7 @@ MARKERS = (
     "json_invalid",
     "json_mismatched",
 )
-# what became of requests (apps/serving/outcomes.py): server failures are the error rate
+# what became of requests (apps/telemetry/outcomes.py): server failures are the error rate
 OUTCOMES = ("server_failures", "caller_errors", "throttled", "cancelled", "legacy_minutes")
 COUNTERS = ("requests", *OUTCOMES, "degraded", *(f"hits_{t}" for t in TIERS), *MARKERS)
 BUCKETS = {name: bucket_fields(name) for name in HISTOGRAMS}
@@ -265,7 +265,7 @@ def summarize(row: dict) -> dict:
 
     return {
         "requests": n,
-        # the error rate is the server failures' (apps/serving/outcomes.py); callers' own
+        # the error rate is the server failures' (apps/telemetry/outcomes.py); callers' own
         # mistakes and their rate limits are apart, and never count against a version
         "errors": None if legacy else int(row.get("server_failures") or 0),
         "error_rate": outcome("server_failures"),

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from apps.telemetry import views
+
+app_name = "telemetry"
+urlpatterns = [
+    path("t/<slug:slug>/dashboard/", views.tenant_dashboard, name="dashboard"),
+    path("t/<slug:slug>/dashboard/data", views.tenant_dashboard_data, name="dashboard_data"),
+    path("operator/dashboard/", views.operator_dashboard, name="operator_dashboard"),
+    path("operator/dashboard/data", views.operator_dashboard_data, name="operator_dashboard_data"),
+]
