@@ -10,9 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from apps.evaluations.models import EvaluationRun
-from apps.releases import evidence, nodes
+from apps.releases import nodes
 from apps.releases.models import Release
 from apps.releases.plan import Plan
+from apps.telemetry import evidence
 
 PASS, FAIL, WAIT = "pass", "fail", "wait"
 # what a judgement concludes: move on, stay (gates pass, the dwell is not over), wait for

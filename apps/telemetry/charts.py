@@ -99,7 +99,6 @@ def timeline(data: dict) -> dict[str, Figure]:
                     ("cut", "cut by max_tokens"),
                     ("empty", "empty answer"),
                     ("json_invalid", "JSON asked, invalid (of those)"),
-                    ("refused", "refused by the engine"),
                     ("failed", "generation failed"),
                 )
             ],

@@ -191,7 +191,6 @@ def series(where: Q | None, rng: Range, *, now: datetime | None = None) -> dict:
         for name, counter, of in (
             ("cut", "finish_length", per_request),
             ("empty", "empty_outputs", per_request),
-            ("refused", "refused", per_request),
             ("failed", "finish_error", per_request),
             ("json_invalid", "json_invalid", per_json),
         ):
@@ -317,36 +316,6 @@ def fairness(rng: Range, *, now: datetime | None = None) -> list[dict]:
     )
     names, rows = _grouped(qs.filter(tenant__isnull=False), "tenant__slug")
     return [{"tenant": row[0], **summarize(dict(zip(names, row, strict=True)))} for row in rows]
-
-
-def canary_evidence(alias: Alias) -> dict | None:
-    """Stable against canary since the canary started: requests, error rate, TTFT p50/p95.
-
-    The canary's lifetime starts at the latest alias event that set this canary version."""
-    canary = alias.canary_version
-    if canary is None:
-        return None
-    started = (
-        AliasEvent.objects.filter(
-            alias=alias, action=AliasAction.CANARY, canary_version_id=alias.canary_version_id
-        )
-        .order_by("-at")
-        .values_list("at", flat=True)
-        .first()
-    )
-    since = (started or alias.updated_at).replace(second=0, microsecond=0)
-    rows = (
-        RequestMinute.objects.filter(tenant_id=alias.tenant_id, alias=alias.name, minute__gte=since)
-        .values("version")
-        .annotate(**_sums())
-    )
-    by_version = {row["version"]: summarize(dict(row)) for row in rows}
-    empty = summarize({})
-    return {
-        "since": since,
-        "stable": by_version.get(alias.version.version, empty),
-        "canary": by_version.get(canary.version, empty),
-    }
 
 
 SHADOW_COUNTS = (

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from apps.registry import aliases
 from apps.serving.node.generation import Generation
 from apps.telemetry import dashboards, quality
+from apps.telemetry.evidence import canary_evidence
 from apps.telemetry.models import RequestLog, RequestMinute, RequestRollup
 from apps.telemetry.stats import RequestRecord, write_records
 from apps.tenants.auth import principal_for_user
@@ -150,6 +151,6 @@ def test_the_canary_evidence_sets_stable_and_canary_markers_side_by_side(
             _record(tenant_a.id, now, version="v2", finish_reason="length", empty_output=True),
         ],
     )
-    evidence = dashboards.canary_evidence(alias)
+    evidence = canary_evidence(alias)
     assert (evidence["stable"]["cut_rate"], evidence["canary"]["cut_rate"]) == (0.0, 1.0)
     assert (evidence["stable"]["empty_rate"], evidence["canary"]["empty_rate"]) == (0.0, 1.0)

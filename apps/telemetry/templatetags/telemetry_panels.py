@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from apps.registry.models import Alias
 from apps.telemetry import charts
-from apps.telemetry.dashboards import canary_evidence, shadow_evidence
+from apps.telemetry.dashboards import shadow_evidence
+from apps.telemetry.evidence import canary_evidence
 
 register = template.Library()
 
