@@ -146,9 +146,11 @@ def test_the_migration_rederives_what_the_log_holds_and_marks_the_rest(tenant_a)
 
     migration = importlib.import_module("apps.serving.migrations.0012_request_outcomes")
     # the models as that migration saw them (they belonged to serving then)
-    apps = MigrationExecutor(connection).loader.project_state(
-        ("serving", "0012_request_outcomes")
-    ).apps
+    apps = (
+        MigrationExecutor(connection)
+        .loader.project_state(("serving", "0012_request_outcomes"))
+        .apps
+    )
     now = timezone.now().replace(second=30, microsecond=0)
     record(tenant_a, "v1", 3, at=now)
     record(tenant_a, "v1", 2, status=429, at=now)
