@@ -49,7 +49,7 @@ def seed(rng: random.Random) -> dict:
     from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
     from apps.telemetry.histograms import N_BUCKETS
     from apps.telemetry.models import RequestMinute
-    from apps.telemetry.stats import rebuild_rollups
+    from apps.telemetry.writers import rebuild_rollups
     from apps.tenants import services
     from apps.tenants.choices import PlatformRole, TenantRole
     from apps.tenants.models import AuditEvent, Tenant

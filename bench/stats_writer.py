@@ -56,7 +56,7 @@ def setup_database(work: Path) -> None:
 
 
 def records(tenant_id: int, keys: int, n: int, at: datetime) -> list:
-    from apps.telemetry.stats import RequestRecord
+    from apps.telemetry.records import RequestRecord
 
     return [
         RequestRecord(
@@ -88,7 +88,7 @@ def main() -> None:
         from django.db import connection, transaction
 
         from apps.telemetry.models import RequestLog
-        from apps.telemetry.stats import write_records
+        from apps.telemetry.writers import write_records
         from apps.tenants.models import Tenant
 
         tenant = Tenant.objects.create(slug="bench", name="bench")

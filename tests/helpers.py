@@ -272,13 +272,13 @@ def record_requests(tenant, version: str, n: int, *, status: int = 200, at=None)
     """``n`` requests of alias ``support`` as a node records them (request log and rollups)."""
     from django.utils import timezone
 
-    from apps.telemetry import stats
+    from apps.telemetry import records, writers
 
     moment = at or timezone.now()
-    stats.write_records(
+    writers.write_records(
         "n1",
         [
-            stats.RequestRecord(
+            records.RequestRecord(
                 tenant_id=tenant.pk,
                 alias="support",
                 adapter_id="support",

@@ -27,7 +27,7 @@ from apps.telemetry.models import (
     ShadowMinute,
 )
 from apps.telemetry.quality import side_by_side
-from apps.telemetry.stats import SHADOW_EXAMPLES
+from apps.telemetry.writers import SHADOW_EXAMPLES
 from apps.tenants.models import Tenant
 
 

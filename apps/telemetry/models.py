@@ -49,9 +49,7 @@ class Counts(models.Model):
 
     requests = models.PositiveIntegerField(default=0)
     # What became of the requests (apps/telemetry/outcomes.py, the one definition); charts and
-    # gates read server_failures. ``errors`` is every status of 400 or more, as counted before
-    # the outcomes existed: read only for ``legacy_minutes``.
-    errors = models.PositiveIntegerField(default=0)
+    # gates read server_failures.
     server_failures = models.PositiveIntegerField(default=0)
     caller_errors = models.PositiveIntegerField(default=0)
     throttled = models.PositiveIntegerField(default=0)

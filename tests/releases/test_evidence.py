@@ -16,7 +16,8 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import services
 from apps.releases.models import Release
-from apps.telemetry.stats import RequestRecord, write_records
+from apps.telemetry.records import RequestRecord
+from apps.telemetry.writers import write_records
 from apps.tenants.auth import principal_for_user
 
 pytestmark = pytest.mark.django_db

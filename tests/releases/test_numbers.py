@@ -132,35 +132,3 @@ def test_minutes_counted_before_the_outcomes_show_a_gap_not_a_wrong_rate(tenant_
     data = dashboards.series(dashboards.scope(tenant=tenant_a), dashboards.RANGES["hour"])
     assert data["server_failure_rate"] == [None]
     assert data["totals"]["error_rate"] is None
-
-
-def test_the_migration_rederives_what_the_log_holds_and_marks_the_rest(tenant_a):
-    """serving.0012: minutes whose requests are all still in the log get their outcomes;
-    the others are marked as counted the old way."""
-    import importlib
-
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
-    from apps.telemetry.models import RequestLog
-
-    migration = importlib.import_module("apps.serving.migrations.0012_request_outcomes")
-    # the models as that migration saw them (they belonged to serving then)
-    apps = (
-        MigrationExecutor(connection)
-        .loader.project_state(("serving", "0012_request_outcomes"))
-        .apps
-    )
-    now = timezone.now().replace(second=30, microsecond=0)
-    record(tenant_a, "v1", 3, at=now)
-    record(tenant_a, "v1", 2, status=429, at=now)
-    record(tenant_a, "v1", 4, status=503, at=now - timedelta(hours=2))
-    RequestLog.objects.filter(at__lt=now - timedelta(hours=1)).delete()  # purged since
-    RequestMinute.objects.update(server_failures=0, throttled=0)  # as before the outcomes
-    migration.rederive(apps, None)
-    kept = RequestMinute.objects.get(minute=now.replace(second=0))
-    assert (kept.throttled, kept.legacy_minutes) == (2, 0)
-    purged = RequestMinute.objects.get(minute=(now - timedelta(hours=2)).replace(second=0))
-    assert (purged.server_failures, purged.legacy_minutes) == (0, 1)
-    data = dashboards.series(dashboards.scope(tenant=tenant_a), dashboards.RANGES["day"])
-    assert data["server_failure_rate"][0] is None  # the purged minute's hour: a gap

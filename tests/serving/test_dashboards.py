@@ -12,7 +12,8 @@ from django.db.models import Q, Sum
 from apps.telemetry import dashboards
 from apps.telemetry.histograms import BOUNDS_MS, N_BUCKETS, bucket_of, quantile
 from apps.telemetry.models import PlatformRollup, RequestMinute, RequestRollup
-from apps.telemetry.stats import RequestRecord, write_records
+from apps.telemetry.records import RequestRecord
+from apps.telemetry.writers import write_records
 
 
 def test_buckets_hold_their_upper_bound_and_the_last_one_is_open():
@@ -66,7 +67,7 @@ def test_rollups_count_ttft_and_loads_per_bucket(tenant_a):
     )
     write_records("n1", [_record(tenant_a.id, at, ttft_ms=8)])  # a second batch adds up
     row = RequestMinute.objects.get()
-    assert (row.requests, row.errors, row.ttft_count) == (5, 1, 4)
+    assert (row.requests, row.server_failures, row.ttft_count) == (5, 1, 4)
     assert getattr(row, f"ttft_b{bucket_of(8):02d}") == 3
     assert getattr(row, f"ttft_b{bucket_of(700):02d}") == 1
     assert getattr(row, f"load_l3_b{bucket_of(40):02d}") == 1
@@ -82,7 +83,7 @@ def test_later_batches_add_to_every_rollup_row_and_keep_the_slowest_ttft(tenant_
     row = RequestMinute.objects.get(tenant=tenant_a)
     assert (row.requests, row.ttft_count, row.ttft_ms_sum, row.ttft_ms_max) == (3, 3, 100, 50)
     anonymous = RequestMinute.objects.get(tenant=None)  # no key: one row all the same
-    assert (anonymous.requests, anonymous.errors) == (2, 2)
+    assert (anonymous.requests, anonymous.caller_errors) == (2, 2)
     for step in (300, 3600):
         rollup = RequestRollup.objects.get(tenant=tenant_a, step_s=step)
         assert (rollup.requests, rollup.ttft_ms_max) == (3, 50)
@@ -184,7 +185,7 @@ def test_fairness_puts_every_tenants_hit_rate_and_p95_side_by_side(tenant_a, ten
 
 def test_rebuilding_the_coarse_rollups_from_minutes_gives_what_was_written(tenant_a):
     from apps.telemetry.models import RequestRollup
-    from apps.telemetry.stats import rebuild_rollups
+    from apps.telemetry.writers import rebuild_rollups
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
     write_records(
@@ -285,7 +286,7 @@ def test_the_platform_series_is_the_sum_of_every_tenants_and_reads_one_row_per_s
 
 
 def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant_a, tenant_b):
-    from apps.telemetry.stats import rebuild_platform_rollups
+    from apps.telemetry.writers import rebuild_platform_rollups
 
     now = datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
     write_records(
@@ -314,7 +315,7 @@ def test_rebuilding_the_platform_rows_from_minutes_gives_what_was_written(tenant
 def test_a_dashboard_opens_on_the_range_that_holds_its_data(
     tenant_a, tenant_b, ages_min, expected, platform
 ):
-    from apps.telemetry.stats import rebuild_rollups
+    from apps.telemetry.writers import rebuild_rollups
 
     now = datetime.now(UTC)
     write_records("n1", [_record(tenant_a.id, now - timedelta(minutes=m)) for m in ages_min])

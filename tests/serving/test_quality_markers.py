@@ -15,7 +15,8 @@ from apps.serving.node.generation import Generation
 from apps.telemetry import dashboards, quality
 from apps.telemetry.evidence import canary_evidence
 from apps.telemetry.models import RequestLog, RequestMinute, RequestRollup
-from apps.telemetry.stats import RequestRecord, write_records
+from apps.telemetry.records import RequestRecord
+from apps.telemetry.writers import write_records
 from apps.tenants.auth import principal_for_user
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}

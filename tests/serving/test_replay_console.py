@@ -158,8 +158,9 @@ def test_the_replay_takes_the_load_costs_the_nodes_measured_and_says_so(tenant_a
     from apps.serving.replay.report import policy_table
     from apps.serving.replay.run import Spec, TraceSpec, execute
     from apps.serving.replay.simulate import Costs
+    from apps.telemetry.records import RequestRecord
     from apps.telemetry.requestlog import costs_from_log
-    from apps.telemetry.stats import RequestRecord, write_records
+    from apps.telemetry.writers import write_records
 
     assert costs_from_log() == Costs()
     now = datetime.now(UTC)

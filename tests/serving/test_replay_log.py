@@ -14,8 +14,9 @@ def test_the_log_becomes_a_trace_in_arrival_order_with_each_request_s_hold(
     tenant_a, reviewer, signing_key, tmp_path
 ):
     from apps.serving.replay.traces import read_export, write_export
+    from apps.telemetry.records import RequestRecord
     from apps.telemetry.requestlog import log_rows, trace_from_log
-    from apps.telemetry.stats import RequestRecord, write_records
+    from apps.telemetry.writers import write_records
 
     long_id = approved_version(tenant_a, "support", "1", reviewer)
     short_id = approved_version(tenant_a, "faq", "1", reviewer)

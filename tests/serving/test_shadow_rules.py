@@ -18,7 +18,8 @@ from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.shadow import Answer, Mirrored, Shadows, compare
 from apps.telemetry.dashboards import shadow_evidence
 from apps.telemetry.models import ShadowMinute
-from apps.telemetry.stats import ShadowRecord, write_shadow_records
+from apps.telemetry.records import ShadowRecord
+from apps.telemetry.writers import write_shadow_records
 from apps.tenants.auth import principal_for_user
 from apps.tenants.errors import Invalid
 from tests.helpers import key_client
@@ -257,7 +258,7 @@ def test_examples_are_kept_only_when_asked_the_newest_few_and_shown_with_their_c
     from datetime import timedelta
 
     from apps.telemetry.models import ShadowExample
-    from apps.telemetry.stats import SHADOW_EXAMPLES
+    from apps.telemetry.writers import SHADOW_EXAMPLES
 
     row = aliases.set_shadow(
         **alias, version_id=support_versions["v2"], percent=50, keep_examples=True

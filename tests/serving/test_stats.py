@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apps.telemetry.models import RequestLog, RequestMinute
-from apps.telemetry.stats import RequestRecord, write_records
+from apps.telemetry.records import RequestRecord
+from apps.telemetry.writers import write_records
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from apps.registry import aliases
 from apps.registry.models import AdapterVersion
 from apps.releases import services as releases
 from apps.releases.models import Release
-from apps.telemetry import stats
+from apps.telemetry import records, writers
 from apps.tenants import webhooks
 from apps.tenants.auth import principal_for_user
 from apps.tenants.errors import Invalid
@@ -195,10 +195,10 @@ def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_on
     )
 
     def record(version: str, n: int, status: int) -> None:
-        stats.write_records(
+        writers.write_records(
             "n1",
             [
-                stats.RequestRecord(
+                records.RequestRecord(
                     tenant_id=tenant_a.pk,
                     alias="support",
                     adapter_id="support",

@@ -2,7 +2,7 @@ from django.db import migrations
 
 
 def backfill(apps, schema_editor):
-    from apps.telemetry.stats import rebuild_rollups
+    from apps.telemetry.writers import rebuild_rollups
 
     rebuild_rollups(
         apps.get_model("serving", "RequestMinute"),

@@ -6,7 +6,7 @@ from django.db import migrations, models
 def backfill(apps, schema_editor):
     """The platform-wide rows of the statistics already kept (the operator's charts read
     only these from now on)."""
-    from apps.telemetry.stats import rebuild_platform_rollups
+    from apps.telemetry.writers import rebuild_platform_rollups
 
     rebuild_platform_rollups(
         apps.get_model("serving", "RequestMinute"), apps.get_model("serving", "PlatformRollup")

@@ -9,7 +9,7 @@ def rederive(apps, schema_editor):
     """Count the outcomes of the minutes the request log still holds (apps/telemetry/outcomes.py);
     the minutes it no longer holds are marked as counted the old way (``legacy_minutes``)."""
     from apps.telemetry import outcomes
-    from apps.telemetry.stats import rebuild_rollups
+    from apps.telemetry.writers import rebuild_rollups
 
     minute_model = apps.get_model("serving", "RequestMinute")
     log = apps.get_model("serving", "RequestLog")

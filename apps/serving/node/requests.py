@@ -52,7 +52,7 @@ from apps.serving.node.shadow import Answer, Mirrored, Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
 from apps.telemetry import outcomes, quality
-from apps.telemetry.stats import RequestRecord
+from apps.telemetry.records import RequestRecord
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
 from lorahub.addresses import caller_address

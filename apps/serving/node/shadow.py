@@ -28,7 +28,7 @@ from apps.serving.node.lookups import Caller
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.telemetry import quality
-from apps.telemetry.stats import ShadowRecord
+from apps.telemetry.records import ShadowRecord
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The request path only appends a frozen ``RequestRecord`` to a bounded in-memory queue. A
 background thread drains it every ``LORAHUB_STATS_FLUSH_MS`` (2 s) into the database
-(``apps/telemetry/stats.py``). If the database is slow the queue fills and new records are
+(``apps/telemetry/writers.py``). If the database is slow the queue fills and new records are
 dropped and counted (``request_stats_dropped``); inference never waits for the database. A
 write that fails (the database restarts, or is gone for a while) loses nothing: its batch is
 written first on the next try, so every answered request is either written once or counted
@@ -21,10 +21,9 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.db import close_old_connections
 
-from apps.telemetry.stats import (
-    RequestRecord,
-    ShadowRecord,
-    merge_cache_row,
+from apps.telemetry.aggregate import merge_cache_row
+from apps.telemetry.records import RequestRecord, ShadowRecord
+from apps.telemetry.writers import (
     purge_old_statistics,
     write_cache_minutes,
     write_records,

@@ -1,11 +1,11 @@
-"""Request statistics in the database: the request log, its per-minute, 5-minute and hourly
-rollups, the cache activity per minute, and their purge.
+"""Request statistics into the database: the request log, its per-minute, 5-minute and hourly
+rollups, the shadow rows, the cache activity per minute, and their purge.
 
 A node's ``StatsRecorder`` (``node/stats_recorder.py``) batches what its requests did and
 writes it here (``write_records``, ``write_cache_minutes``): one bulk insert of request rows
 and, per rollup table, one additive upsert of its (minute or step, tenant, alias, version)
-rows (``_add_all``). The dashboards read the rollups; the migrations rebuild them with
-``rebuild_rollups``.
+rows (``_add_all``), summed by ``aggregate.py``. The dashboards read the rollups; the
+migrations rebuild them with ``rebuild_rollups``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Sum
 
-from apps.telemetry import outcomes
-from apps.telemetry.histograms import bucket_of
+from apps.telemetry import aggregate
+from apps.telemetry.aggregate import KEY_FIELDS, PLATFORM_STEPS, ROLLUP_STEPS, merge, step_start
 from apps.telemetry.models import (
     CacheMinute,
     PlatformRollup,
@@ -32,89 +32,16 @@ from apps.telemetry.models import (
     ShadowExample,
     ShadowMinute,
 )
-from apps.telemetry.quality import FINISH_REASONS
+from apps.telemetry.records import RequestRecord, ShadowRecord
 from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 BATCH = 500
 
 
-@dataclass(frozen=True)
-class RequestRecord:
-    tenant_id: int | None
-    alias: str
-    adapter_id: str
-    version: str
-    tier: str
-    status: int
-    error: str = ""
-    degraded: bool = False
-    load_ms: float = 0.0
-    queue_ms: float = 0.0
-    ttft_ms: float | None = None
-    total_ms: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # output-quality markers (``apps/telemetry/quality.py``)
-    finish_reason: str = ""  # stop, length, error (or abort, or "" without a generation)
-    empty_output: bool = False
-    json_requested: bool = False
-    json_valid: bool | None = None  # None: JSON was not asked for, or nothing finished
-    json_matches: bool | None = None  # None: no schema
-    refused: bool = False
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass(frozen=True)
-class ShadowRecord:
-    """One mirrored request: dropped (``outcome`` ``dropped_busy``/``dropped_budget``), failed
-    on the shadow (``error``), or answered and compared with the live answer."""
-
-    tenant_id: int | None
-    alias: str
-    version: str
-    shadow_version: str
-    outcome: str  # compared, error, dropped_busy, dropped_budget
-    exact: bool = False
-    similarity: float = 0.0
-    length_ratio: float = 0.0
-    finish_agree: bool = False
-    json_agree: bool | None = None  # None: the request did not ask for JSON
-    ttft_ms: float | None = None
-    live_ttft_ms: float | None = None
-    # (request, live answer, shadow answer), for an alias whose shadow keeps examples
-    example: tuple[str, str, str] | None = None
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
 def write_shadow_records(records: list[ShadowRecord]) -> None:
     """Add mirrored requests to their (minute, alias, version, shadow version) rows."""
-    rows: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in records:
-        minute = r.at.replace(second=0, microsecond=0)
-        row = rows[(minute, r.tenant_id, r.alias, r.version, r.shadow_version)]
-        if r.outcome in ("dropped_busy", "dropped_budget"):
-            row[r.outcome] += 1
-            continue
-        row["mirrored"] += 1
-        if r.outcome == "error":
-            row["errors"] += 1
-        else:
-            row["compared"] += 1
-            row["exact"] += 1 if r.exact else 0
-            row["similarity_sum"] += r.similarity
-            row["length_ratio_sum"] += r.length_ratio
-            row["finish_agree"] += 1 if r.finish_agree else 0
-            if r.json_agree is not None:
-                row["json_compared"] += 1
-                row["json_agree"] += 1 if r.json_agree else 0
-        if r.ttft_ms is not None:
-            row["ttft_ms_sum"] += r.ttft_ms
-            row["ttft_count"] += 1
-            row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
-        if r.live_ttft_ms is not None:
-            row["live_ttft_ms_sum"] += r.live_ttft_ms
-            row["live_ttft_count"] += 1
+    rows = aggregate.shadow_rows(records)
     names = ("minute", "tenant_id", "alias", "version", "shadow_version")
     ids = {key[1] for key in rows if key[1] is not None}
     known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
@@ -168,44 +95,14 @@ def _keep_examples(records: list[ShadowRecord]) -> None:
             ShadowExample.objects.filter(id__in=stale).delete()
 
 
-def merge_cache_row(into: dict[str, int], counts: dict[str, int]) -> None:
-    """Fold a (minute, tenant) cache row that could not be written back into the live one."""
-    for name, value in counts.items():
-        peak = name in ("hot", "warm", "seen")
-        into[name] = max(into[name], value) if peak else into[name] + value
-
-
 def write_records(node: str, records: list[RequestRecord]) -> None:
+    """Store a node's batch: its request rows, and their sums added to every rollup."""
     # A tenant deleted since its requests were recorded must not fail everyone's batch: its
     # request rows keep no tenant (as SET_NULL would have left them) and it gets no rollups.
     ids = {r.tenant_id for r in records if r.tenant_id is not None}
     known = set(Tenant.objects.filter(pk__in=ids).values_list("pk", flat=True))
     gone = ids - known
-    rollups: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in records:
-        if r.tenant_id in gone:
-            continue
-        minute = r.at.replace(second=0, microsecond=0)
-        row = rollups[(minute, r.tenant_id, r.alias, r.adapter_id, r.version)]
-        row["requests"] += 1
-        row["errors"] += 1 if r.status >= 400 else 0
-        outcome = outcomes.classify(r.status, r.finish_reason)
-        if outcome is not outcomes.Outcome.OK:
-            row[outcomes.COUNTERS[outcome]] += 1
-        row["degraded"] += 1 if r.degraded else 0
-        if r.tier in ("L1", "L2", "L3", "L4"):
-            row[f"hits_{r.tier.lower()}"] += 1
-        if r.ttft_ms is not None:
-            row["ttft_ms_sum"] += r.ttft_ms
-            row["ttft_count"] += 1
-            row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
-            row[f"ttft_b{bucket_of(r.ttft_ms):02d}"] += 1
-        if r.tier in ("L3", "L4") and r.load_ms > 0:
-            row[f"load_{r.tier.lower()}_b{bucket_of(r.load_ms):02d}"] += 1
-        row["load_ms_sum"] += r.load_ms
-        row["prompt_tokens"] += r.prompt_tokens
-        row["completion_tokens"] += r.completion_tokens
-        _count_markers(row, r)
+    rollups = aggregate.minute_rows(r for r in records if r.tenant_id not in gone)
     if gone:
         records = [replace(r, tenant_id=None) if r.tenant_id in gone else r for r in records]
     with transaction.atomic():
@@ -238,14 +135,7 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             ],
             batch_size=BATCH,
         )
-        coarse: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        platform: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for (minute, *rest), sums in rollups.items():
-            for step in ROLLUP_STEPS:
-                start = _step_start(minute, step)
-                _merge(coarse[(step, start, *rest)], sums)
-            for step in PLATFORM_STEPS:
-                _merge(platform[(step, _step_start(minute, step))], sums)
+        coarse, platform = aggregate.coarser(rollups)
         _add_all(
             RequestMinute,
             [
@@ -264,33 +154,6 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
             PlatformRollup,
             [({"step_s": step, "start": start}, sums) for (step, start), sums in platform.items()],
         )
-
-
-def _count_markers(row: dict[str, float], r: RequestRecord) -> None:
-    """Add a request's output-quality markers to its rollup row's counters."""
-    if r.finish_reason in FINISH_REASONS:
-        row[f"finish_{r.finish_reason}"] += 1
-    row["empty_outputs"] += 1 if r.empty_output else 0
-    row["refused"] += 1 if r.refused else 0
-    if r.json_requested:
-        row["json_requests"] += 1
-        row["json_invalid"] += 1 if r.json_valid is False else 0
-        row["json_mismatched"] += 1 if r.json_matches is False else 0
-
-
-KEY_FIELDS = ("tenant_id", "alias", "adapter_id", "version")
-ROLLUP_STEPS = (300, 3600)  # the coarser rollups (RequestRollup) beside the minute rows
-PLATFORM_STEPS = (60, *ROLLUP_STEPS)  # every tenant together (PlatformRollup)
-
-
-def _step_start(moment: datetime, step: int) -> datetime:
-    seconds = int(moment.timestamp())
-    return datetime.fromtimestamp(seconds - seconds % step, UTC)
-
-
-def _merge(into: dict[str, float], sums: dict[str, float]) -> None:
-    for name, value in sums.items():
-        into[name] = max(into[name], value) if name == "ttft_ms_max" else into[name] + value
 
 
 UPSERT_ROWS = 200  # rows per INSERT … ON CONFLICT: ~50 parameters each, far under the limits
@@ -448,7 +311,7 @@ def rebuild_rollups(
         key, values = rest[: len(KEY_FIELDS)], rest[len(KEY_FIELDS) :]
         sums = dict(zip(counted, values, strict=True))
         for step in ROLLUP_STEPS:
-            _merge(coarse[(step, _step_start(minute, step), *key)], sums)
+            merge(coarse[(step, step_start(minute, step), *key)], sums)
     rollup_model.objects.all().delete()
     rollup_model.objects.bulk_create(
         [
@@ -475,7 +338,7 @@ def rebuild_platform_rollups(minute_model=RequestMinute, platform_model=Platform
         minute = row.pop("minute")
         sums = {name: value or 0 for name, value in row.items()}
         for step in PLATFORM_STEPS:
-            _merge(steps[(step, _step_start(minute, step))], sums)
+            merge(steps[(step, step_start(minute, step))], sums)
     platform_model.objects.all().delete()
     platform_model.objects.bulk_create(
         [platform_model(step_s=step, start=start, **sums) for (step, start), sums in steps.items()],
