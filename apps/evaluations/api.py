@@ -12,7 +12,7 @@ from ninja.files import UploadedFile
 from apps.evaluations import services
 from apps.evaluations.cases import MAX_BYTES
 from apps.evaluations.models import EvaluationRun, EvaluationSet, EvaluationSetRevision
-from apps.registry.api import get_visible_version
+from apps.registry import queries
 from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import NotFound
 
@@ -217,12 +217,12 @@ def start_run(request: HttpRequest, body: RunIn):
     (default: the version the adapter's alias serves now), on a serving node. Poll the run
     until it leaves `queued`/`running`."""
     principal = _principal(request)
-    candidate = get_visible_version(principal, body.candidate_version_id)
+    candidate = queries.visible_version(principal, body.candidate_version_id)
     revision = visible_revisions(principal).filter(pk=body.set_revision_id).first()
     if revision is None:
         raise NotFound(f"no evaluation set revision {body.set_revision_id} that you can see")
     baseline = (
-        get_visible_version(principal, body.baseline_version_id)
+        queries.visible_version(principal, body.baseline_version_id)
         if body.baseline_version_id is not None
         else None
     )

@@ -8,6 +8,7 @@ registry and never move an alias.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import statistics
@@ -36,6 +37,7 @@ from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
 from apps.tenants.errors import DomainError, Invalid, NotFound
 from apps.tenants.models import Tenant, slug_validator
+from lorahub import queueing
 
 logger = logging.getLogger(__name__)
 RUN_TASK = "apps.evaluations.tasks.run_evaluation"
@@ -160,27 +162,20 @@ def start_run(
             },
             **_actor(principal),
         )
-        transaction.on_commit(lambda: _enqueue(run.pk))
+        queueing.enqueue_on_commit(
+            RUN_TASK, run.pk, on_unqueued=functools.partial(_unqueued, run.pk)
+        )
     return run
 
 
-def _enqueue(run_id: int) -> None:
-    """Queue the run for the worker, by name (``tasks.py`` calls this module). A broker that
-    does not answer fails the run with a message that says so, rather than leaving it queued
-    for ever."""
-    from kombu.exceptions import OperationalError
-
-    from lorahub.celery import app
-
-    try:
-        app.send_task(RUN_TASK, args=(run_id,), ignore_result=True)
-    except OperationalError as exc:
-        logger.warning("could not queue evaluation run %s: %s", run_id, exc)
-        EvaluationRun.objects.filter(pk=run_id).update(
-            state=EvaluationRun.State.FAILED,
-            error="the task queue did not answer; start the evaluation again",
-            finished_at=datetime.now(UTC),
-        )
+def _unqueued(run_id: int) -> None:
+    """The broker did not answer: the run fails with a message that says so, rather than
+    staying queued for ever."""
+    EvaluationRun.objects.filter(pk=run_id).update(
+        state=EvaluationRun.State.FAILED,
+        error="the task queue did not answer; start the evaluation again",
+        finished_at=datetime.now(UTC),
+    )
 
 
 class NodeAnswerError(DomainError):

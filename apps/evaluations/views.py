@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from apps.evaluations import services
 from apps.evaluations.api import visible_revisions, visible_runs
-from apps.registry.api import visible_versions
+from apps.registry.models import AdapterVersion
 from apps.telemetry.quality import side_by_side
 from apps.tenants.console import principal_of, require, signed_in
 from apps.tenants.errors import DomainError, Invalid
@@ -21,7 +21,7 @@ def start(request: HttpRequest, version_id: int) -> HttpResponse:
     """The version page's "Evaluate against the current stable": the picked set revision,
     the candidate against what the adapter's alias serves now; then the run's page."""
     principal = principal_of(request)
-    version = visible_versions(principal).filter(pk=version_id).first()
+    version = AdapterVersion.objects.visible_to(principal).filter(pk=version_id).first()
     if version is None:
         raise Http404(f"no adapter version {version_id} that you can see")
     revision = (

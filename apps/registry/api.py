@@ -3,241 +3,40 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Annotated
 
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
-from ninja import File, Form, Query, Router, Schema, Status
+from ninja import File, Form, Query, Router, Status
 from ninja.files import UploadedFile
 
-from apps.registry import aliases, keys, services
+from apps.registry import aliases, keys, queries, services
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
+from apps.registry.schemas import (
+    AdapterOut,
+    AliasOut,
+    AliasTargetIn,
+    AuditOut,
+    CanaryIn,
+    NoteIn,
+    ReasonIn,
+    ShadowIn,
+    SigningKeyOut,
+    VersionOut,
+    alias_out,
+    version_out,
+)
 from apps.tenants.api import visible_tenant
 from apps.tenants.auth import API_AUTH, Principal
 from apps.tenants.errors import Forbidden, Invalid, NotFound
-from apps.tenants.models import AuditEvent, Tenant
+from apps.tenants.models import AuditEvent
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["registry"], auth=API_AUTH)
 
 
 # --- schemas ---------------------------------------------------------------------------------
-
-
-class FileOut(Schema):
-    sha256: str
-    size: int
-
-
-class VersionOut(Schema):
-    id: int
-    tenant: str
-    adapter_id: str
-    version: str
-    state: str
-    base_model: str
-    base_model_revision: str
-    rank: int | None
-    lora_alpha: float | None
-    target_modules: list[str]
-    size_bytes: int | None
-    files: dict[str, FileOut]
-    report: dict
-    manifest_digest: str
-    training_data_summary: str
-    uploaded_by: str | None
-    rejection_reason: str
-    reviewer: str | None
-    review_note: str
-    signed: bool
-    signing_key_id: str
-    created_at: datetime
-    validated_at: datetime | None
-    reviewed_at: datetime | None
-
-
-class AdapterOut(Schema):
-    tenant: str
-    adapter_id: str
-    versions: int
-    latest_version: str | None
-    created_at: datetime
-
-
-class NoteIn(Schema):
-    note: str = ""
-
-
-class AliasTargetIn(Schema):
-    version_id: int
-    reason: str = ""
-
-
-class CanaryIn(Schema):
-    version_id: int | None
-    percent: int = 0
-    api_keys: list[str] = []
-    reason: str = ""
-
-
-class ShadowIn(Schema):
-    version_id: int | None
-    percent: int = 0
-    keep_examples: bool = False
-    reason: str = ""
-
-
-class ReasonIn(Schema):
-    reason: str = ""
-
-
-class VersionRef(Schema):
-    id: int
-    label: str
-
-
-class AliasEventOut(Schema):
-    action: str
-    from_version: str | None
-    to_version: str | None
-    canary_version: str | None
-    canary_percent: int
-    actor: str
-    reason: str
-    at: datetime
-
-
-class AliasOut(Schema):
-    tenant: str
-    name: str
-    adapter_id: str
-    version: VersionRef
-    canary_version: VersionRef | None
-    canary_percent: int
-    canary_api_keys: list[str]
-    shadow_version: VersionRef | None
-    shadow_percent: int
-    shadow_keep_examples: bool
-    held_by: str  # e.g. "release #3" while a release drives the alias ("" otherwise)
-    updated_at: datetime
-    history: list[AliasEventOut]
-
-
-class SigningKeyOut(Schema):
-    key_id: str
-    algorithm: str
-    public_key: str
-    current: bool
-
-
-class AuditOut(Schema):
-    at: datetime
-    action: str
-    actor: str | None
-    tenant: str | None
-    object_type: str
-    object_id: str
-    before: dict | None
-    after: dict | None
-    note: str
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def version_out(v: AdapterVersion) -> dict:
-    return {
-        "id": v.pk,
-        "tenant": v.adapter.tenant.slug,
-        "adapter_id": v.adapter.adapter_id,
-        "version": v.version,
-        "state": v.state,
-        "base_model": v.base_model,
-        "base_model_revision": v.base_model_revision,
-        "rank": v.rank,
-        "lora_alpha": v.lora_alpha,
-        "target_modules": v.target_modules,
-        "size_bytes": v.size_bytes,
-        "files": v.files,
-        "report": v.report,
-        "manifest_digest": v.manifest_digest,
-        "training_data_summary": v.training_data_summary,
-        "uploaded_by": (
-            v.uploaded_by.get_username()
-            if v.uploaded_by
-            else (f"key {v.uploaded_by_key.prefix}" if v.uploaded_by_key else None)
-        ),
-        "rejection_reason": v.rejection_reason,
-        "reviewer": v.reviewer.get_username() if v.reviewer else None,
-        "review_note": v.review_note,
-        "signed": bool(v.signature),
-        "signing_key_id": v.signing_key_id,
-        "created_at": v.created_at,
-        "validated_at": v.validated_at,
-        "reviewed_at": v.reviewed_at,
-    }
-
-
-def _ref(v: AdapterVersion | None) -> dict | None:
-    return {"id": v.pk, "label": v.label} if v else None
-
-
-def alias_out(alias: Alias) -> dict:
-    history = alias.history.select_related(
-        "from_version__adapter", "to_version__adapter", "canary_version__adapter"
-    )[:50]
-    return {
-        "tenant": alias.tenant.slug,
-        "name": alias.name,
-        "adapter_id": alias.adapter.adapter_id,
-        "version": _ref(alias.version),
-        "canary_version": _ref(alias.canary_version),
-        "canary_percent": alias.canary_percent,
-        "canary_api_keys": alias.canary_api_keys,
-        "shadow_version": _ref(alias.shadow_version),
-        "shadow_percent": alias.shadow_percent,
-        "shadow_keep_examples": alias.shadow_keep_examples,
-        "held_by": alias.held_by,
-        "updated_at": alias.updated_at,
-        "history": [
-            {
-                "action": e.action,
-                "from_version": e.from_version.label if e.from_version else None,
-                "to_version": e.to_version.label if e.to_version else None,
-                "canary_version": e.canary_version.label if e.canary_version else None,
-                "canary_percent": e.canary_percent,
-                "actor": e.actor_label,
-                "reason": e.reason,
-                "at": e.at,
-            }
-            for e in history
-        ],
-    }
-
-
-def visible_versions(principal: Principal):
-    qs = AdapterVersion.objects.select_related(
-        "adapter__tenant", "uploaded_by", "uploaded_by_key", "reviewer"
-    )
-    if principal.is_reviewer or principal.is_operator:
-        return qs
-    return qs.for_tenants(principal.tenant_ids)
-
-
-def get_visible_version(principal: Principal, version_id: int) -> AdapterVersion:
-    version = visible_versions(principal).filter(pk=version_id).first()
-    if version is None:
-        raise NotFound(f"no adapter version {version_id} that you can see")
-    return version
-
-
-def acting_tenant(principal: Principal, slug: str | None) -> Tenant:
-    """The tenant a call acts on: an operator may name any; others act for their own."""
-    if slug and principal.is_operator:
-        return visible_tenant(principal, slug)
-    return principal.tenant_for(slug)
 
 
 # --- uploads and versions --------------------------------------------------------------------
@@ -268,15 +67,13 @@ def upload_version(
         base_model_revision=base_model_revision,
         training_data_summary=training_data_summary,
     )
-    return Status(202, version_out(get_visible_version(principal, row.pk)))
+    return Status(202, version_out(queries.visible_version(principal, row.pk)))
 
 
 @router.get("/adapters", response=list[AdapterOut])
 def list_adapters(request: HttpRequest, tenant: str | None = None):
     principal: Principal = request.auth
-    qs = Adapter.objects.select_related("tenant").prefetch_related("versions")
-    if not (principal.is_reviewer or principal.is_operator):
-        qs = qs.for_tenants(principal.tenant_ids)
+    qs = Adapter.objects.visible_to(principal).select_related("tenant").prefetch_related("versions")
     if tenant:
         qs = qs.filter(tenant__slug=tenant)
     out = []
@@ -296,14 +93,12 @@ def list_adapters(request: HttpRequest, tenant: str | None = None):
 
 @router.get("/adapters/{adapter_id}/versions", response=list[VersionOut])
 def list_adapter_versions(request: HttpRequest, adapter_id: str, tenant: str | None = None):
-    qs = visible_versions(request.auth).filter(adapter__adapter_id=adapter_id)
+    qs = AdapterVersion.objects.visible_to(request.auth).filter(adapter__adapter_id=adapter_id)
     if tenant:
         qs = qs.filter(adapter__tenant__slug=tenant)
     versions = list(qs)
     principal: Principal = request.auth
-    adapters = Adapter.objects.filter(adapter_id=adapter_id)
-    if not (principal.is_reviewer or principal.is_operator):
-        adapters = adapters.for_tenants(principal.tenant_ids)
+    adapters = Adapter.objects.visible_to(principal).filter(adapter_id=adapter_id)
     if not versions and not adapters.exists():
         raise NotFound(f"no adapter '{adapter_id}' that you can see")
     if len({v.adapter.tenant_id for v in versions}) > 1:
@@ -318,7 +113,7 @@ def list_versions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ):
     """Versions you can see, newest first; reviewers use `?state=pending_review` as a queue."""
-    qs = visible_versions(request.auth)
+    qs = AdapterVersion.objects.visible_to(request.auth)
     if state:
         qs = qs.filter(state=state)
     return [version_out(v) for v in qs.order_by("created_at" if state else "-created_at")[:limit]]
@@ -326,28 +121,28 @@ def list_versions(
 
 @router.get("/versions/{version_id}", response=VersionOut)
 def get_version(request: HttpRequest, version_id: int):
-    return version_out(get_visible_version(request.auth, version_id))
+    return version_out(queries.visible_version(request.auth, version_id))
 
 
 @router.post("/versions/{version_id}/approve", response=VersionOut)
 def approve_version(request: HttpRequest, version_id: int, body: NoteIn):
-    get_visible_version(request.auth, version_id)
+    queries.visible_version(request.auth, version_id)
     services.approve_version(version_id=version_id, principal=request.auth, note=body.note)
-    return version_out(get_visible_version(request.auth, version_id))
+    return version_out(queries.visible_version(request.auth, version_id))
 
 
 @router.post("/versions/{version_id}/reject", response=VersionOut)
 def reject_version(request: HttpRequest, version_id: int, body: NoteIn):
-    get_visible_version(request.auth, version_id)
+    queries.visible_version(request.auth, version_id)
     services.reject_version(version_id=version_id, principal=request.auth, note=body.note)
-    return version_out(get_visible_version(request.auth, version_id))
+    return version_out(queries.visible_version(request.auth, version_id))
 
 
 # --- aliases ---------------------------------------------------------------------------------
 
 
 def _alias(principal: Principal, name: str, tenant: str | None) -> Alias:
-    target = acting_tenant(principal, tenant)
+    target = principal.acting_tenant(tenant)
     alias = (
         Alias.objects.select_related(
             "tenant",
@@ -388,7 +183,7 @@ def get_alias(request: HttpRequest, name: str, tenant: str | None = None):
 
 @router.put("/aliases/{name}", response=AliasOut)
 def put_alias(request: HttpRequest, name: str, body: AliasTargetIn, tenant: str | None = None):
-    target = acting_tenant(request.auth, tenant)
+    target = request.auth.acting_tenant(tenant)
     aliases.set_alias(
         principal=request.auth,
         tenant=target,
@@ -401,7 +196,7 @@ def put_alias(request: HttpRequest, name: str, body: AliasTargetIn, tenant: str 
 
 @router.post("/aliases/{name}/canary", response=AliasOut)
 def canary_alias(request: HttpRequest, name: str, body: CanaryIn, tenant: str | None = None):
-    target = acting_tenant(request.auth, tenant)
+    target = request.auth.acting_tenant(tenant)
     aliases.set_canary(
         principal=request.auth,
         tenant=target,
@@ -418,7 +213,7 @@ def canary_alias(request: HttpRequest, name: str, body: CanaryIn, tenant: str | 
 def shadow_alias(request: HttpRequest, name: str, body: ShadowIn, tenant: str | None = None):
     """Mirror `percent` (1-100) of the alias's requests to a version off the response path
     (callers never wait for it nor see its answer); `version_id: null` clears the shadow."""
-    target = acting_tenant(request.auth, tenant)
+    target = request.auth.acting_tenant(tenant)
     aliases.set_shadow(
         principal=request.auth,
         tenant=target,
@@ -433,14 +228,14 @@ def shadow_alias(request: HttpRequest, name: str, body: ShadowIn, tenant: str | 
 
 @router.post("/aliases/{name}/promote", response=AliasOut)
 def promote_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str | None = None):
-    target = acting_tenant(request.auth, tenant)
+    target = request.auth.acting_tenant(tenant)
     aliases.promote_alias(principal=request.auth, tenant=target, name=name, reason=body.reason)
     return alias_out(_alias(request.auth, name, tenant))
 
 
 @router.post("/aliases/{name}/rollback", response=AliasOut)
 def rollback_alias(request: HttpRequest, name: str, body: ReasonIn, tenant: str | None = None):
-    target = acting_tenant(request.auth, tenant)
+    target = request.auth.acting_tenant(tenant)
     aliases.rollback_alias(principal=request.auth, tenant=target, name=name, reason=body.reason)
     return alias_out(_alias(request.auth, name, tenant))
 

@@ -45,9 +45,19 @@ class SigningKey(models.Model):
         return self.key_id
 
 
+def _sees_every_tenant(principal) -> bool:
+    """Reviewers review every tenant's uploads; operators run the platform."""
+    return principal.is_reviewer or principal.is_operator
+
+
 class AdapterQuerySet(models.QuerySet):
     def for_tenants(self, tenant_ids) -> AdapterQuerySet:
         return self.filter(tenant_id__in=tenant_ids)
+
+    def visible_to(self, principal) -> AdapterQuerySet:
+        """What ``principal`` may see: its tenants' adapters, or every one for a reviewer or
+        an operator (the API and the console read through here)."""
+        return self if _sees_every_tenant(principal) else self.for_tenants(principal.tenant_ids)
 
 
 class Adapter(models.Model):
@@ -70,6 +80,12 @@ class Adapter(models.Model):
 class AdapterVersionQuerySet(models.QuerySet):
     def for_tenants(self, tenant_ids) -> AdapterVersionQuerySet:
         return self.filter(adapter__tenant_id__in=tenant_ids)
+
+    def visible_to(self, principal) -> AdapterVersionQuerySet:
+        """What ``principal`` may see: its tenants' versions, or every one for a reviewer or
+        an operator (the API, the console and releases read through here)."""
+        qs = self.select_related("adapter__tenant", "uploaded_by", "uploaded_by_key", "reviewer")
+        return qs if _sees_every_tenant(principal) else qs.for_tenants(principal.tenant_ids)
 
 
 # Fields fixed at creation: what the version *is*. Only review and lifecycle fields change.

@@ -1,4 +1,5 @@
-"""Read-side services of the registry for pages other apps own (the console's home page)."""
+"""Read-side services of the registry: what a principal may see, and counts for pages other
+apps own (the console's home page)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from django.db.models import Count
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.tenants.auth import Principal
+from apps.tenants.errors import NotFound
 
 
 def _per_tenant(queryset, tenant_ids: list[int]) -> dict[int, int]:
@@ -36,3 +38,11 @@ def pending_reviews(principal: Principal) -> int | None:
         .exclude(adapter__tenant_id__in=principal.tenant_ids)
         .count()
     )
+
+
+def visible_version(principal: Principal, version_id: int) -> AdapterVersion:
+    """A version ``principal`` may see; 404, never 403, for one it may not."""
+    version = AdapterVersion.objects.visible_to(principal).filter(pk=version_id).first()
+    if version is None:
+        raise NotFound(f"no adapter version {version_id} that you can see")
+    return version

@@ -37,6 +37,7 @@ from apps.tenants import webhooks
 from apps.tenants.auth import Principal
 from apps.tenants.errors import Conflict, Forbidden, Invalid, QuotaExceeded, TooLarge
 from apps.tenants.models import Tenant, slug_validator
+from lorahub import queueing
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ def upload_version(
                 tenant=tenant,
                 after={"adapter": adapter_id, "version": version, "files": [f.name for f in files]},
             )
-            transaction.on_commit(lambda: _queue_validation(row.pk))
+            transaction.on_commit(lambda: send_validation(row.pk))
     except BaseException:
         try:
             store.delete_prefix(staged)
@@ -266,30 +267,11 @@ VALIDATE_TASK = "apps.registry.tasks.validate_version"
 
 
 def send_validation(version_id: int) -> None:
-    """Queue ``validate_version`` for the worker. By name: ``tasks.py`` calls this module, so
-    this module does not import it. Nobody waits for the result: without ``ignore_result``,
-    Celery first subscribes to the result backend, which retries 20 s against a dead Redis
-    and then breaks for good."""
-    from lorahub.celery import app
-
-    app.send_task(VALIDATE_TASK, args=(version_id,), ignore_result=True)
-
-
-def _queue_validation(version_id: int) -> None:
-    """Queue the validation of a committed upload. A broker that does not answer (Redis
-    down) must not fail the upload, which is stored: the stale-validation sweep queues it
-    once the broker is back (Celery beat, and every worker as it starts)."""
-    from kombu.exceptions import OperationalError
-
-    try:
-        send_validation(version_id)
-    except OperationalError as exc:
-        logger.warning(
-            "could not queue the validation of version %s (%s); the stale-validation sweep "
-            "will queue it when the task queue answers again",
-            version_id,
-            exc,
-        )
+    """Queue ``validate_version`` for the worker (by name: ``tasks.py`` calls this module). A
+    broker that does not answer must not fail the upload, which is stored: the
+    stale-validation sweep queues it once the broker is back (Celery beat, and every worker
+    as it starts)."""
+    queueing.send(VALIDATE_TASK, version_id)
 
 
 def requeue_stale_validations(*, older_than_s: float) -> list[int]:

@@ -1,6 +1,7 @@
 """Console pages of the registry: adapters and versions, uploads, the review queue, aliases.
 
-Reads use the REST API's visibility rules (``api.visible_versions``); writes call the same
+Reads use the same visibility rules as the REST API
+(``AdapterVersion.objects.visible_to``); writes call the same
 services the API calls, so what a page offers and what the server allows cannot drift.
 """
 
@@ -15,7 +16,6 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST
 
 from apps.registry import aliases, services, snapshots
-from apps.registry.api import visible_versions
 from apps.registry.choices import AliasAction, VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
 from apps.tenants.console import (
@@ -154,7 +154,7 @@ def _differences(version: AdapterVersion, other: AdapterVersion | None) -> list[
 @require(signed_in, "signed-in users")
 def version_detail(request: HttpRequest, version_id: int) -> HttpResponse:
     principal = principal_of(request)
-    version = visible_versions(principal).filter(pk=version_id).first()
+    version = AdapterVersion.objects.visible_to(principal).filter(pk=version_id).first()
     if version is None:
         raise Http404(f"no adapter version {version_id} that you can see")
     serving = snapshots.serving_version(version.adapter)
@@ -214,7 +214,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 @require(reviewers, "reviewers")
 def review(request: HttpRequest, version_id: int, verdict: str) -> HttpResponse:
     principal = principal_of(request)
-    if not visible_versions(principal).filter(pk=version_id).exists():
+    if not AdapterVersion.objects.visible_to(principal).filter(pk=version_id).exists():
         raise Http404(f"no adapter version {version_id} that you can see")
     note = request.POST.get("note", "")
     if verdict == "approve":

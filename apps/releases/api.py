@@ -9,9 +9,9 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
-from apps.registry.api import acting_tenant, get_visible_version
+from apps.registry import queries
 from apps.registry.models import Alias
-from apps.releases import services
+from apps.releases import defaults, services
 from apps.releases.models import Release
 from apps.tenants.api import visible_tenant
 from apps.tenants.auth import API_AUTH, Principal
@@ -116,13 +116,13 @@ def start_release(request: HttpRequest, name: str, body: ReleaseIn, tenant: str 
     """Start a progressive release of the alias to an approved version: the tenant's plan with
     ``plan``'s overrides; 422 naming each bad field; 409 while another release drives it."""
     principal = _principal(request)
-    target = acting_tenant(principal, tenant)
+    target = principal.acting_tenant(tenant)
     alias = (
         Alias.objects.select_related("tenant", "adapter").filter(tenant=target, name=name).first()
     )
     if alias is None:
         raise NotFound(f"tenant '{target.slug}' has no alias '{name}'")
-    candidate = get_visible_version(principal, body.version_id)
+    candidate = queries.visible_version(principal, body.version_id)
     release = services.start(principal=principal, alias=alias, candidate=candidate, plan=body.plan)
     return Status(201, release_out(get_visible_release(principal, release.pk)))
 
@@ -179,7 +179,7 @@ def abort_release(request: HttpRequest, release_id: int, body: ReasonIn):
 def get_release_defaults(request: HttpRequest, slug: str):
     """The plan a release of this tenant starts from (platform defaults + the tenant's)."""
     tenant = visible_tenant(_principal(request), slug)
-    return services.effective_plan(tenant).model_dump(mode="json")
+    return defaults.effective_plan(tenant).model_dump(mode="json")
 
 
 @router.put("/tenants/{slug}/release-defaults", response=dict[str, Any])
@@ -193,5 +193,5 @@ def put_release_defaults(request: HttpRequest, slug: str):
         plan = None
     if not isinstance(plan, dict):
         raise Invalid('send the plan\'s fields as one JSON object, e.g. {"interval_s": 10}')
-    services.set_tenant_defaults(principal=_principal(request), tenant=tenant, plan=plan)
-    return services.effective_plan(tenant).model_dump(mode="json")
+    defaults.set_tenant_defaults(principal=_principal(request), tenant=tenant, plan=plan)
+    return defaults.effective_plan(tenant).model_dump(mode="json")

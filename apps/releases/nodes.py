@@ -8,6 +8,7 @@ import time
 
 from apps.fleet import node_client
 from apps.registry.models import AdapterVersion, Alias
+from apps.releases.models import Release, ReleaseEvent
 from apps.tenants.errors import Conflict, DomainError
 
 logger = logging.getLogger(__name__)
@@ -81,3 +82,33 @@ def serving_only(alias: Alias, version: AdapterVersion) -> dict[str, float | Non
             time.sleep(0.05)
     found.update({name: None for name in waiting})
     return found
+
+
+def cool_down(release_id: int, *, started: float, actor: str) -> None:
+    """After a rollback is committed: wait for every node to serve the baseline alone, then
+    take the candidate out of every node's engine (kept on disk); recorded with how long the
+    nodes took from ``started`` (``time.time()`` of the judgement or the abort)."""
+    fresh = Release.objects.select_related("alias__tenant", "candidate", "baseline").get(
+        pk=release_id
+    )
+    followed = serving_only(fresh.alias, fresh.baseline)
+    to_baseline = time.time() - started
+    cooled = cool(fresh.candidate)
+    timings = {
+        "judgement_to_last_node_baseline_only_ms": round(to_baseline * 1000, 1)
+        if followed and None not in followed.values()
+        else None,
+        "nodes_baseline_only_s": followed,
+        "cooled": cooled,
+    }
+    ReleaseEvent.objects.create(
+        release=fresh,
+        kind="cooled",
+        from_state=fresh.state,
+        to_state=fresh.state,
+        step=fresh.step,
+        actor=actor,
+        note=f"{fresh.candidate.label} left the engine of every node (kept on disk)",
+        timings=timings,
+    )
+    logger.info("release %s rolled back; %s", release_id, timings)

@@ -8,7 +8,7 @@ import logging
 
 from celery import shared_task
 
-from apps.releases import services
+from apps.releases import nodes, services
 
 logger = logging.getLogger(__name__)
 
@@ -32,4 +32,4 @@ def judge_release(release_id: int) -> str:
 
 @shared_task(name="apps.releases.tasks.cool_release", ignore_result=True)
 def cool_release(release_id: int, started: float, actor: str) -> None:
-    services.cool_down(release_id, started=started, actor=actor)
+    nodes.cool_down(release_id, started=started, actor=actor)

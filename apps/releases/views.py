@@ -11,8 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from apps.registry.api import visible_versions
-from apps.registry.models import Alias
+from apps.registry.models import AdapterVersion, Alias
 from apps.releases import charts, services
 from apps.releases.api import visible_releases
 from apps.releases.models import Release
@@ -88,7 +87,7 @@ def start(request: HttpRequest, slug: str, name: str) -> HttpResponse:
         raise Http404(f"tenant '{slug}' has no alias '{name}'")
     back = reverse("registry:alias", args=[slug, name])
     candidate = (
-        visible_versions(principal)
+        AdapterVersion.objects.visible_to(principal)
         .filter(pk=request.POST.get("version_id") or 0, adapter=alias.adapter)
         .first()
     )

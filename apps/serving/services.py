@@ -11,6 +11,7 @@ import logging
 from django.db import transaction
 
 from apps.serving.models import ReplayRun
+from lorahub import queueing
 
 logger = logging.getLogger(__name__)
 
@@ -27,20 +28,15 @@ def start_replay(*, spec: dict, actor) -> ReplayRun:
     the run failed with ``QUEUE_DOWN`` as its error."""
     with transaction.atomic():
         row = ReplayRun.objects.create(spec=spec, created_by=actor)
-        transaction.on_commit(functools.partial(_queue_replay, row.pk))
+        # progress and report live in the row: no result to subscribe to
+        queueing.enqueue_on_commit(
+            "apps.serving.tasks.run_replay",
+            row.pk,
+            on_unqueued=functools.partial(_unqueued, row.pk),
+        )
     row.refresh_from_db(fields=["state", "error"])
     return row
 
 
-def _queue_replay(run_id: int) -> None:
-    from kombu.exceptions import OperationalError
-
-    from apps.serving import tasks
-
-    try:
-        # progress and report live in the row: no result to subscribe to (that would retry
-        # 20 s against a dead Redis, then break the process's result consumer)
-        tasks.run_replay.apply_async((run_id,), ignore_result=True)
-    except OperationalError:
-        logger.warning("could not queue replay %s: the task queue is unreachable", run_id)
-        ReplayRun.objects.filter(pk=run_id).update(state=ReplayRun.State.FAILED, error=QUEUE_DOWN)
+def _unqueued(run_id: int) -> None:
+    ReplayRun.objects.filter(pk=run_id).update(state=ReplayRun.State.FAILED, error=QUEUE_DOWN)

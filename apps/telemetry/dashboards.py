@@ -416,9 +416,9 @@ def version_minutes(
     )
     if until is not None:
         rows = rows.filter(minute__lte=until)
-    rows = rows.values("minute", "version").annotate(**_sums()).order_by("minute")
+    grouped = rows.values("minute", "version").annotate(**_sums()).order_by("minute")
     found: dict[str, list[dict]] = {version: [] for version in versions}
-    for row in rows:
+    for row in grouped:
         found[row["version"]].append(
             {"t": _aware(row["minute"]).isoformat(), **summarize(dict(row))}
         )

@@ -51,6 +51,15 @@ class Principal:
             return f"key {self.api_key.prefix}"
         return self.user.get_username() if self.user else "anonymous"
 
+    def acting_tenant(self, slug: str | None) -> Tenant:
+        """The tenant a call acts on: an operator may name any; others act for their own."""
+        if slug and self.is_operator:
+            tenant = Tenant.objects.filter(slug=slug).first()
+            if tenant is None:
+                raise NotFound(f"no tenant '{slug}' that you belong to")
+            return tenant
+        return self.tenant_for(slug)
+
     def tenant_for(self, slug: str | None = None) -> Tenant:
         """The tenant this call acts for: the key's tenant, or the user's (named if several)."""
         if slug:

@@ -43,6 +43,7 @@ from django.utils import timezone
 from apps.tenants import sealing
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Tenant, Webhook, WebhookDelivery
+from lorahub import queueing
 
 logger = logging.getLogger(__name__)
 REPLAY_WINDOW_S = 300
@@ -215,13 +216,8 @@ def notify(event: str, *, tenant: Tenant | None, data: dict) -> list[WebhookDeli
 def queue(ids: list[int]) -> None:
     """Hand deliveries to the worker; one that cannot be queued now is picked up by the
     sweep (``sweep_webhooks``), so a broker outage delays a notification but loses none."""
-    from celery import current_app
-
-    for pk in ids:
-        try:  # by name: the task module imports this one
-            current_app.send_task("apps.tenants.tasks.deliver_webhook", args=[pk])
-        except Exception:
-            logger.warning("could not queue webhook delivery %s; the sweep will", pk, exc_info=True)
+    for pk in ids:  # by name: the task module imports this one
+        queueing.send("apps.tenants.tasks.deliver_webhook", pk)
 
 
 def body_of(delivery: WebhookDelivery) -> bytes:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from apps.registry import aliases
 from apps.registry.models import AdapterVersion, Alias, AliasEvent
-from apps.releases import services
+from apps.releases import services, timeline
 from apps.releases.models import Release, ReleaseEvent
 from apps.releases.plan import PlanError, build
 from apps.releases.views import plan_from_form
@@ -350,14 +350,14 @@ def test_a_judgement_that_dies_half_way_leaves_the_release_and_alias_as_they_wer
     def dies(*args, **kwargs):
         raise SystemExit("the worker was killed")
 
-    audit = services._audit
-    monkeypatch.setattr(services, "_audit", dies)
+    audit = timeline.audit
+    monkeypatch.setattr(timeline, "audit", dies)
     with pytest.raises(SystemExit):
         services.judge(release.pk)
     release.refresh_from_db()
     assert (release.state, release.step) == ("canary", 0)
     assert Alias.objects.get(pk=alias.pk).canary_percent == 10  # the step-2 move rolled back
-    monkeypatch.setattr(services, "_audit", audit)  # the next worker is not killed
+    monkeypatch.setattr(timeline, "audit", audit)  # the next worker is not killed
     assert services.judge(release.pk) == "advance"
     assert Alias.objects.get(pk=alias.pk).canary_percent == 100
     assert ReleaseEvent.objects.filter(release=release, kind="advance").count() == 1

@@ -17,15 +17,11 @@ import pytest
 from apps.registry import signing
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import LocalStore
+from apps.serving.cache import report
 from apps.serving.cache.engine_tiers import Owner, PinLimit
 from apps.serving.cache.gate import DeviceGate
-from apps.serving.cache.manager import (
-    AdapterIntegrityError,
-    CacheManager,
-    Limits,
-    LoadDeadline,
-    LoadQueueFull,
-)
+from apps.serving.cache.landing import AdapterIntegrityError
+from apps.serving.cache.manager import CacheManager, Limits, LoadDeadline, LoadQueueFull
 from apps.serving.cache.policies import LRU
 from tests.helpers import signed_version
 
@@ -263,7 +259,7 @@ def test_the_disk_tier_trims_to_its_cap_but_keeps_what_the_engine_holds(world):
             await asyncio.to_thread(cache.land, version(n))
 
     run(scenario())
-    on_disk = {row["version_id"] for row in cache.residents()["L3"]}
+    on_disk = {row["version_id"] for row in report.residents(cache)["L3"]}
     assert on_disk == {1, 4}  # 2 and 3 were the least recently used outside the engine
 
 
@@ -303,7 +299,7 @@ def test_a_version_an_alias_stopped_using_leaves_the_disk_first(world):
         cache.trim_disk()
 
     run(scenario())
-    assert {row["version_id"] for row in cache.residents()["L3"]} == {1, 2}
+    assert {row["version_id"] for row in report.residents(cache)["L3"]} == {1, 2}
 
 
 def test_two_landings_of_one_version_at_once_make_one_download(world):
@@ -500,7 +496,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         return str(record.state) if record is not None else "none"
 
     def row_state(n: int, tier: str) -> str:
-        return next(r["state"] for r in cache.residents()[tier] if r["version_id"] == n)
+        return next(r["state"] for r in report.residents(cache)[tier] if r["version_id"] == n)
 
     async def scenario():
         states["before"] = state(1)
@@ -510,7 +506,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
             while engine.entered != [1]:
                 await asyncio.sleep(0.01)
         states["loading"] = state(1)
-        states["loading row"] = cache.residents()["loading"][0]["state"]
+        states["loading row"] = report.residents(cache)["loading"][0]["state"]
         assert cache.busy(1)
         engine.gate.set()
         await load
@@ -529,7 +525,7 @@ def test_each_version_has_one_record_whose_state_follows_it_through_the_tiers(wo
         cache.deprecate(1)
         await cache.activate(version(1))  # loaded again: still deprecated
         states["deprecated row"] = next(
-            r["deprecated"] for r in cache.residents()["L2"] + cache.residents()["L1"]
+            r["deprecated"] for r in report.residents(cache)["L2"] + report.residents(cache)["L1"]
         )
         with cache.versions.of(1).landing:  # what a landing on another thread holds
             states["landing"] = state(1)

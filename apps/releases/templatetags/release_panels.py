@@ -8,7 +8,7 @@ from django import template
 from apps.evaluations.models import EvaluationSet
 from apps.registry.choices import VersionState
 from apps.registry.models import Alias
-from apps.releases import services
+from apps.releases import defaults
 from apps.releases.models import Release
 
 register = template.Library()
@@ -22,7 +22,7 @@ def release_panel(context, alias: Alias) -> dict:
     )
     active = next((r for r in releases if r.is_active), None)
     form = request.session.pop("release_form", None) or {}
-    plan = services.effective_plan(alias.tenant).model_dump(mode="json")
+    plan = defaults.effective_plan(alias.tenant).model_dump(mode="json")
     steps = plan["canary_steps"]
     values = {
         **{k: v for k, v in plan.items() if not isinstance(v, list | dict)},

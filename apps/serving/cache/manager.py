@@ -37,11 +37,8 @@ written to the audit log.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import shutil
-import time
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,36 +46,26 @@ from typing import Any
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.serving import offload
-from apps.serving.cache import download
 from apps.serving.cache.book import TierBook
 from apps.serving.cache.clock import Clock, monotonic
 from apps.serving.cache.clock import timer as default_timer
-from apps.serving.cache.disk import DiskTier, IntegrityFailure, Landed, OnDisk
+from apps.serving.cache.disk import DiskTier
 from apps.serving.cache.engine_slots import AdapterHandle, EngineSlots
 from apps.serving.cache.engine_tiers import Owner
+from apps.serving.cache.landing import AdapterIntegrityError, Landing
+from apps.serving.cache.limits import Limits
 from apps.serving.cache.loads import LoadQueue
-from apps.serving.cache.policies import Policy, Resident, make_policy, rank
-from apps.serving.cache.versions import CachedVersion, State
+from apps.serving.cache.policies import Policy, make_policy
+from apps.serving.cache.versions import CachedVersion
 from lorahub.cacheconfig import CacheConfig
 
 logger = logging.getLogger(__name__)
 GIB = 1024**3
 MIB = 1024**2
-# what a landing writes besides the adapter's files (its manifest and seal)
-LANDING_OVERHEAD_BYTES = 64 * 1024
-
-
-class AdapterIntegrityError(Exception):
-    """A version failed its integrity check and is quarantined on this node."""
 
 
 class LoadQueueFull(Exception):
     """Too many versions are loading or queued; the request's tier decides what happens."""
-
-
-class DiskFull(Exception):
-    """The disk cache's filesystem has no room for a landing, even after evicting every L3
-    folder that is not in use. Nothing of the landing is left behind."""
 
 
 class LoadDeadline(Exception):
@@ -93,44 +80,10 @@ class Placed:
     timings: dict[str, float] = field(default_factory=dict)  # fetch, verify, check, add (ms)
 
 
-@dataclass(frozen=True)
-class OnDiskNow:
-    """A version made present on the local disk (L3): where it was, and the time per step."""
-
-    found_in: str  # "L3" (a sealed copy checked out) or "L4" (landed from the registry)
-    timings: dict[str, float] = field(default_factory=dict)  # check, fetch, verify (ms)
-
-
 def lora_id_for(resolved: ResolvedVersion) -> int:
     """The engine's LoRA id for a version: the registry's version id (positive, never reused,
     one per cache key)."""
     return resolved.version_id
-
-
-@dataclass
-class Limits:
-    """The capacities in force; replaced as a whole when an operator changes the config."""
-
-    warm_bytes: int = 4 * GIB
-    ttl_s: float = 7200.0
-    disk_bytes: int = 10 * GIB
-    max_fetches: int = 2
-    max_loads: int = 1
-    max_pending: int = 16
-    verify_checksum: bool = True  # BLAKE3 on every L3 load, not only the stat seal
-
-    @classmethod
-    def from_config(cls, config: CacheConfig) -> Limits:
-        cache = config.adapter_cache
-        return cls(
-            warm_bytes=int(cache.cpu_warm.max_memory_gb * GIB),
-            ttl_s=cache.cpu_warm.ttl_minutes * 60.0,
-            disk_bytes=int(cache.disk_cache.max_size_gb * GIB),
-            max_fetches=cache.load_queue.max_concurrent_fetches,
-            max_loads=cache.loads_at_once,
-            max_pending=cache.load_queue.max_pending,
-            verify_checksum=cache.disk_cache.verify_checksum,
-        )
 
 
 class CacheManager:
@@ -163,6 +116,22 @@ class CacheManager:
             policy=policy or make_policy("weighted"),
             clock=clock,
         )
+        self.landing = Landing(
+            disk=self.disk,
+            book=self.book,
+            store=store,
+            public_keys=public_keys,
+            limits=lambda: self.limits,
+            timer=timer,
+            on_integrity_failure=on_integrity_failure,
+            on_evict=on_evict,
+        )
+        # L3 (``landing.py``)
+        self.adopt = self.landing.adopt
+        self.land = self.landing.land
+        self.trim_disk = self.landing.trim_disk
+        self.evict_from_disk = self.landing.evict_from_disk
+        self.disk_bytes = self.landing.disk_bytes
         self.versions = self.book.versions
         self.tiers = self.book.tiers
         self.on_disk = self.book.on_disk
@@ -220,140 +189,6 @@ class CacheManager:
 
     def _record(self, resolved: ResolvedVersion) -> CachedVersion:
         return self.versions.of(resolved.version_id, f"{resolved.tenant_slug}/{resolved.label}")
-
-    def adopt(self, found: list[OnDisk]) -> None:
-        """Index the verified folders found at start-up (their last use: when they landed)."""
-        now, wall = self.clock(), time.time()
-        for entry in found:
-            record = self.versions.of(entry.version_id)
-            record.name = record.name or entry.path.relative_to(self.disk.root).as_posix()
-            resident = Resident(
-                version_id=entry.version_id,
-                tenant_id=entry.tenant_id,
-                size_bytes=entry.size_bytes,
-                last_used=now - max(0.0, wall - entry.landed_at),
-            )
-            self.on_disk.add(record, resident, entry.path)
-
-    def land(self, resolved: ResolvedVersion) -> OnDiskNow:
-        """L3 if the sealed copy checks out, else land it from L4 (blocking).
-
-        Returns the tier it was found in and the time spent per step (ms). One caller at a
-        time per version (requests, alias warming, prewarm and the internal API all land
-        versions): a second landing would replace the folder while the engine reads it.
-        """
-        record = self._record(resolved)
-        with record.landing:
-            return self._land(resolved, record)
-
-    def _land(self, resolved: ResolvedVersion, record: CachedVersion) -> OnDiskNow:
-        timings: dict[str, float] = {}
-        if self.disk.has(resolved):
-            started = self.timer()
-            try:
-                self.disk.check(resolved, hash_bytes=self.limits.verify_checksum)
-                timings["check_ms"] = (self.timer() - started) * 1000
-                self._note_on_disk(resolved, record)
-                return OnDiskNow("L3", timings)
-            except IntegrityFailure as exc:
-                logger.warning("replacing a corrupt disk copy: %s", exc)
-                self.disk.evict(resolved)
-                self.on_disk.drop(record)
-                if self.on_integrity_failure:
-                    self.on_integrity_failure(resolved, "L3", str(exc))
-        # room under the cap first: the tier never holds more than its cap, even mid-landing
-        self.trim_disk(keep={resolved.version_id}, incoming=resolved.size_bytes)
-        started = self.timer()
-        try:
-            landed = self._land_with_room(resolved)
-        except IntegrityFailure as exc:
-            record.quarantined = True
-            if self.on_integrity_failure:
-                self.on_integrity_failure(resolved, "L4", str(exc))
-            raise AdapterIntegrityError(str(exc)) from None
-        timings.update(fetch_ms=landed.fetch_ms, verify_ms=landed.verify_ms)
-        self._note_on_disk(resolved, record, reload_ms=(self.timer() - started) * 1000)
-        return OnDiskNow("L4", timings)
-
-    def _land_with_room(self, resolved: ResolvedVersion) -> Landed:
-        """Land from L4. When the filesystem itself is full (other files on it, or a disk
-        smaller than ``disk_cache.max_size_gb``), evict L3 folders not in use until the
-        version fits, and try once more; if nothing can go, raise ``DiskFull``."""
-        try:
-            return download.land(self.disk.root, resolved, self.store, self.public_keys())
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-        free = shutil.disk_usage(self.disk.root).free
-        need = resolved.size_bytes + LANDING_OVERHEAD_BYTES - free
-        evicted = self._evict_from_disk(need, keep={resolved.version_id})
-        logger.warning(
-            "the disk cache's filesystem is full (%d bytes free, %s needs %d): evicted %d "
-            "version(s) from L3",
-            free,
-            resolved.label,
-            resolved.size_bytes,
-            len(evicted),
-        )
-        try:
-            if evicted:
-                return download.land(self.disk.root, resolved, self.store, self.public_keys())
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-        free = shutil.disk_usage(self.disk.root).free
-        raise DiskFull(
-            f"the node's disk cache ({self.disk.root}) is full: {free / 1048576:.1f} MB free, "
-            f"{resolved.label} needs {resolved.size_bytes / 1048576:.1f} MB and every version "
-            "cached there is in use; an operator must free space on that disk or lower "
-            "disk_cache.max_size_gb below what the disk holds"
-        )
-
-    def _note_on_disk(
-        self, resolved: ResolvedVersion, record: CachedVersion, reload_ms: float | None = None
-    ) -> None:
-        """One more use of the version's disk copy (just landed, or checked for a load)."""
-        self.book.landed(
-            record,
-            tenant_id=resolved.tenant_id,
-            size_bytes=resolved.size_bytes,
-            folder=self.disk.folder(resolved),
-            reload_ms=reload_ms,
-        )
-
-    def disk_bytes(self) -> int:
-        return self.on_disk.bytes()
-
-    def trim_disk(self, keep: Collection[int] = (), incoming: int = 0) -> list[int]:
-        """Evict L3 folders, lowest value first, until the tier fits its size cap with
-        ``incoming`` more bytes. Returns the versions evicted."""
-        evicted = self._evict_from_disk(self._over_cap(incoming), keep)
-        if self._over_cap(incoming) > 0:
-            logger.warning(
-                "the disk cache is %d bytes over its cap; everything left is in use",
-                self._over_cap(incoming),
-            )
-        return evicted
-
-    def _over_cap(self, incoming: int = 0) -> int:
-        return self.on_disk.bytes() + incoming - self.limits.disk_bytes
-
-    def _evict_from_disk(self, need_bytes: int, keep: Collection[int]) -> list[int]:
-        """Evict L3 folders, lowest value first, until ``need_bytes`` are freed or nothing
-        more may go (see ``TierBook.disk_victims``)."""
-        evicted: list[int] = []
-        for victim in self.book.disk_victims(need_bytes, keep=keep):
-            folder = self.book.drop_from_disk(victim.version_id)
-            if folder is not None:
-                self.disk.remove(folder)
-            evicted.append(victim.version_id)
-            if self.on_evict:
-                self.on_evict("L3", victim.tenant_id)
-        return evicted
-
-    def evict_from_disk(self, resolved: ResolvedVersion) -> None:
-        self.disk.evict(resolved)
-        self.on_disk.drop(self._record(resolved))
 
     # --- L2 / L1 ---------------------------------------------------------------------------
 
@@ -510,15 +345,6 @@ class CacheManager:
         """The unpinned versions idle in the engine longer than the TTL (to be removed)."""
         return self.book.expired(self.limits.ttl_s)
 
-    async def expire_idle(self) -> int:
-        expired = self.expire()
-        for version_id in expired:
-            tenant_id = self.residency_owner(version_id)
-            await self.unload(version_id)
-            if self.on_evict:
-                self.on_evict("L2", tenant_id)
-        return len(expired)
-
     async def pin(self, resolved: ResolvedVersion, *, owner: Owner | None = None) -> Placed:
         """Keep a version in the engine's device slots (L1).
 
@@ -590,108 +416,12 @@ class CacheManager:
             await self.tiers.gate.changed()  # its device slot rotates again
         return self.engine.remove_adapter(version_id)
 
-    async def evict(self, resolved: ResolvedVersion, tier: str) -> None:
-        """Take ``resolved`` out of ``tier``, counted as an eviction from it. Callers check
-        ``busy`` first (see ``unload``).
-
-        L1 unpins it (vLLM cannot unpin: it leaves the engine and comes back unpinned, in
-        L2); L2 takes it out of the engine (L1 too); L3 takes it off this node's disk as well.
-        """
-        if tier == "L1":
-            if self.is_pinned(resolved.version_id):
-                await self.unload(resolved.version_id)
-                await self.activate(resolved)
-        else:
-            await self.unload(resolved.version_id)
-            if tier == "L3":
-                await offload.run(self.evict_from_disk, resolved)
-        if self.on_evict:
-            self.on_evict(tier, resolved.tenant_id)
-
-    async def evict_unused(self, version_id: int) -> bool:
-        """Take a version out of the engine if it is there and no request is using it,
-        counted as an eviction from L2; its disk copy stays. True if it left."""
-        if not self.holds(version_id) or self.in_use(version_id):
-            return False
-        tenant_id = self.residency_owner(version_id)
-        await self.unload(version_id)
-        if self.on_evict:
-            self.on_evict("L2", tenant_id)
-        return True
-
-    async def drain(self, *, disk: bool) -> int:
-        """Empty the engine's adapter slots (L1, L2) and, with ``disk``, L3 too: an operator
-        draining a node. Loads under way finish. Returns the number of versions removed."""
-        removed = 0
-        for record in list(self.tiers.members.values()):
-            if record.held:  # generating: it stays (TTL and policy take it later)
-                continue
-            await self.unload(record.version_id)
-            removed += 1
-        if disk:  # what is still in the engine, loading or landing keeps its folder
-            for record in list(self.on_disk.members.values()):
-                if record.engine is not None or record.busy:
-                    continue
-                folder = self.on_disk.drop(record)
-                if folder is not None:
-                    await offload.run(self.disk.remove, folder)
-                removed += 1
-        return removed
-
     def busy(self, version_id: int) -> bool:
         """Loading into the engine, being landed on disk, or answering requests."""
         record = self.versions.get(version_id)
         return record is not None and record.busy
 
     # --- reporting -------------------------------------------------------------------------
-
-    def _row(self, record: CachedVersion, r: Resident, now: float) -> dict:
-        return {
-            "version_id": record.version_id,
-            "key": record.name or str(record.version_id),
-            "tenant_id": r.tenant_id,
-            "size_bytes": r.size_bytes,
-            "hits": round(r.decayed_hits(now), 2),
-            "idle_s": round(now - r.last_used, 1),
-            "reload_cost_ms": round(r.reload_cost_ms, 2),
-            "pinned": record.pinned,
-            "deprecated": record.deprecated,
-            "score": round(self.policy.score(r, now), 3),
-            "state": str(record.state),
-        }
-
-    def residents(self) -> dict[str, list[dict]]:
-        now = self.clock()
-        device = self.tiers.device_set()
-        engine = [
-            (rec, rec.engine._replace(deprecated=rec.deprecated))
-            for rec in self.tiers.members.values()
-            if rec.engine
-        ]
-        rank([r for _, r in engine], policy=self.policy, now=now)  # scales for scores
-        engine_rows = [self._row(record, r, now) for record, r in engine]
-        disk = [
-            (rec, rec.disk._replace(deprecated=rec.deprecated))
-            for rec in list(self.on_disk.members.values())
-            if rec.disk
-        ]
-        rank([r for _, r in disk], policy=self.policy, now=now)
-        disk_rows = []
-        for record, r in disk:
-            row = self._row(record, r, now)
-            folder = record.folder
-            row["folder"] = folder.relative_to(self.disk.root).as_posix() if folder else ""
-            disk_rows.append(row)
-        loading = [
-            {"version_id": record.version_id, "key": record.name, "state": str(State.LOADING)}
-            for record in list(self.loads.members.values())
-        ]
-        return {
-            "L1": [row for row in engine_rows if row["version_id"] in device],
-            "L2": [row for row in engine_rows if row["version_id"] not in device],
-            "L3": disk_rows,
-            "loading": loading,
-        }
 
     def forget_engine(self) -> None:
         """After an engine restart: nothing is in its slots any more (disk copies remain)."""
@@ -708,12 +438,3 @@ class CacheManager:
     def residency(self) -> dict[int, tuple[int, int]]:
         """Per tenant id: versions in the device slots (L1) and in the engine (L1 + L2)."""
         return self.tiers.residency()
-
-    def quota_usage(self) -> dict[str, float]:
-        """Per tenant slug: versions in the engine (L1 + L2) as a share of its warm quota."""
-        counts = self.tiers.per_tenant()
-        usage = {}
-        for tenant_id, (slug, owner) in self._owners.items():
-            if owner.warm_quota:
-                usage[slug] = counts.get(tenant_id, 0) / owner.warm_quota
-        return usage

@@ -33,7 +33,7 @@ from apps.registry import keys
 from apps.registry import services as registry_services
 from apps.registry.storage import get_store
 from apps.serving import offload
-from apps.serving.cache import download
+from apps.serving.cache import download, evictions, report
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
@@ -283,7 +283,7 @@ class Node:
                     timeout=min(30.0, max(0.2, self.cache.limits.ttl_s / 4)),
                 )
             try:
-                await self.cache.expire_idle()
+                await evictions.expire_idle(self.cache)
             except Exception:
                 logger.warning("TTL sweep failed", exc_info=True)
 
@@ -342,7 +342,7 @@ class Node:
         self.metrics.gpu_memory.set(self.cache.hot_bytes() / 1048576)
         self.metrics.engine_ready.set(1 if self.engine.is_ready and not self.drain.draining else 0)
         self.metrics.load_queue.set(self.cache.loading())
-        for tenant, share in self.cache.quota_usage().items():
+        for tenant, share in report.quota_usage(self.cache).items():
             self.metrics.quota_usage.labels(tenant=self.metrics.labels_for(tenant, "")[0]).set(
                 share
             )

@@ -22,6 +22,7 @@ import time
 from django.conf import settings
 
 from apps.serving import offload
+from apps.serving.cache import evictions
 from apps.serving.cache.manager import CacheManager
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.config_in_force import ConfigInForce
@@ -155,4 +156,4 @@ class ChangeFollower:
         deadline = time.monotonic() + patience_s
         while self.cache.in_use(version_id) and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        await self.cache.evict_unused(version_id)
+        await evictions.evict_unused(self.cache, version_id)

@@ -20,8 +20,10 @@ from apps.fleet.node_registry import node_header
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.snapshots import load_version
 from apps.serving import offload
+from apps.serving.cache import evictions, report
 from apps.serving.cache.engine_tiers import Owner, PinLimit
-from apps.serving.cache.manager import AdapterIntegrityError, CacheManager
+from apps.serving.cache.landing import AdapterIntegrityError
+from apps.serving.cache.manager import CacheManager
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.config_in_force import ConfigInForce
 from apps.serving.node.engine import Engine
@@ -218,7 +220,7 @@ class InternalApi:
             if body.get("all") is True:  # drain the node: everything from the tier down
                 if body.get("tier", "L3") == "L1":
                     raise oai.ApiError(400, "'all' empties L2 or L3", code="bad_tier")
-                removed = await self.cache.drain(disk=body.get("tier", "L3") == "L3")
+                removed = await evictions.drain(self.cache, disk=body.get("tier", "L3") == "L3")
                 return _json({"evicted_from": body.get("tier", "L3"), "removed": removed})
             if not isinstance(body.get("version_id"), int):
                 raise oai.ApiError(
@@ -235,7 +237,7 @@ class InternalApi:
                     code="in_use",
                     retry_after=1,
                 )
-            await self.cache.evict(resolved, tier)
+            await evictions.evict(self.cache, resolved, tier)
             return _json({"version": resolved.label, "evicted_from": tier})
         except oai.ApiError as exc:
             return self._error(exc)
@@ -323,7 +325,7 @@ class InternalApi:
                 },
                 "needs_restart": self.config.needs_restart,
                 "disk_bytes": cache.disk_bytes(),
-                "tiers": cache.residents(),
+                "tiers": report.residents(cache),
                 "quarantined": sorted(cache.quarantined),
             }
         )

@@ -13,11 +13,9 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError
 from starlette.requests import Request
@@ -27,14 +25,9 @@ from apps.fleet.node_registry import node_header
 from apps.registry.contracts import AliasSnapshot, ResolvedVersion
 from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner
-from apps.serving.cache.manager import (
-    AdapterIntegrityError,
-    CacheManager,
-    DiskFull,
-    LoadDeadline,
-    LoadQueueFull,
-    Placed,
-)
+from apps.serving.cache.landing import AdapterIntegrityError, DiskFull
+from apps.serving.cache.manager import CacheManager, LoadDeadline, LoadQueueFull, Placed
+from apps.serving.node import errors, record, streaming
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.admission import Admission
 from apps.serving.node.config_in_force import ConfigInForce
@@ -47,12 +40,13 @@ from apps.serving.node.engine import (
 )
 from apps.serving.node.lookups import UNKNOWN, Caller, Expired, Lookups
 from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.record import RequestTrace
 from apps.serving.node.seams import Seams
 from apps.serving.node.shadow import Answer, Mirrored, Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
+from apps.serving.node.streaming import Started
 from apps.serving.node.trust import Trust
-from apps.telemetry import outcomes, quality
-from apps.telemetry.records import RequestRecord
+from apps.telemetry import quality
 from apps.tenants.throttle import bad_keys
 from apps.tenants.throttle import message as throttle_message
 from lorahub.addresses import caller_address
@@ -60,117 +54,6 @@ from lorahub.addresses import caller_address
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 SHADOW_LOAD_DEADLINE_S = 60.0
-
-
-@dataclass
-class RequestTrace:
-    """What one request did, for its headers, its metrics and its statistics row."""
-
-    started: float = field(default_factory=time.perf_counter)
-    caller: Caller | None = None
-    alias: str = ""
-    resolved: ResolvedVersion | None = None
-    tier: str = ""
-    load_ms: float = 0.0
-    queue_ms: float = 0.0
-    ttft_ms: float | None = None
-    degraded: bool = False  # the base model answered: the adapter could not load in time
-    held: int | None = None  # the LoRA id this request holds in the engine while it runs
-    active: bool = False  # admitted to the engine's batch (the device-slot gate)
-    finishing: bool = False  # on its last token (the gate may hand its slot on)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # the output-quality markers (``apps/telemetry/quality.py``)
-    json: quality.JsonWanted | None = None  # the request asked for JSON
-    finish_reason: str = ""
-    empty_output: bool = False
-    json_valid: bool | None = None
-    json_matches: bool | None = None
-    refused: bool = False  # vLLM refused the request itself
-    generating: bool = False  # handed to the engine
-    counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
-    shadow: ResolvedVersion | None = None  # the alias's shadow gets a copy of this request
-    keep_shadow_example: bool = False
-    body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy
-    chat: bool = False
-    texts: list[str] = field(default_factory=list)  # the answer's, when kept (JSON, shadow)
-
-    def headers(self) -> dict[str, str]:
-        if self.resolved is not None:
-            adapter = self.resolved.label
-        else:
-            adapter = "base" if self.tier == "base" else "none"
-        headers = {
-            **node_header(),
-            "X-Lorahub-Adapter": adapter,
-            "X-Lorahub-Cache-Tier": self.tier or "none",
-            "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
-        }
-        if self.degraded:
-            headers["X-Lorahub-Degraded"] = "1"
-        if not self.counted and self.ttft_ms is not None:
-            headers["X-Lorahub-Ttft-Ms"] = f"{self.ttft_ms:.1f}"
-        return headers
-
-
-def engine_unavailable(why: object) -> oai.ApiError:
-    return oai.ApiError(
-        503,
-        f"the engine is not ready ({why}); retry shortly",
-        type_="overloaded_error",
-        code="engine_unavailable",
-        retry_after=5,
-    )
-
-
-def _error_event(event: str) -> oai.ApiError | None:
-    """The error in a server-sent event from vLLM's serving layer, if it is one."""
-    if not event.startswith('data: {"error"'):
-        return None
-    try:
-        error = json.loads(event[len("data: ") :])["error"]
-        status = int(error.get("code") or 400)
-        message = str(error.get("message") or "the request was refused")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return oai.ApiError(500, "generation failed", type_="server_error")
-    if status >= 500:
-        return oai.ApiError(500, message, type_="server_error", code="internal_error")
-    return oai.ApiError(status, message, code="invalid_request")
-
-
-def control_plane_unavailable() -> oai.ApiError:
-    """The database is needed (a key or alias this node has not cached) and does not answer:
-    what is cached keeps serving, this request may be sent again."""
-    return oai.ApiError(
-        503,
-        "the node cannot reach the control plane's database to look up this key or model; "
-        "requests it already knows keep working; retry shortly",
-        type_="overloaded_error",
-        code="control_plane_unavailable",
-        retry_after=2,
-    )
-
-
-class _Started(Generic[T]):
-    """An async iterator over ``first`` and then ``rest`` (a generator already started, so
-    that its ``finally`` runs even if the client vanishes before the first byte). A class, not
-    one more generator: it adds no frame per event to the stream."""
-
-    def __init__(self, first: T, rest: AsyncGenerator[T, None]) -> None:
-        self._first: T | None = first
-        self._rest = rest
-
-    def __aiter__(self) -> _Started[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        if self._first is not None:
-            first, self._first = self._first, None
-            return first
-        return await self._rest.__anext__()
-
-    async def aclose(self) -> None:
-        await self._rest.aclose()
 
 
 class RequestPath:
@@ -308,35 +191,9 @@ class RequestPath:
                 ).inc()
                 return None
             self.metrics.overloaded.inc()
-            full = isinstance(exc, LoadQueueFull)
-            raise oai.ApiError(
-                503,
-                f"{trace.resolved.label} is not loaded yet and "
-                + ("the load queue is full" if full else f"{exc}")
-                + "; retry shortly",
-                type_="overloaded_error",
-                code="load_queue_full" if full else "load_deadline",
-                retry_after=1 if full else 2,
-            ) from None
-        except DiskFull as exc:
-            logger.error("could not land %s: %s", trace.resolved.label, exc)
-            raise oai.ApiError(
-                503,
-                f"{trace.resolved.label} cannot be loaded: this node's disk cache is full; an "
-                "operator has been alerted; retry later",
-                type_="overloaded_error",
-                code="disk_full",
-                retry_after=30,
-            ) from None
-        except AdapterIntegrityError as exc:
-            logger.error("refused to load %s: %s", trace.resolved.label, exc)
-            raise oai.ApiError(
-                403,
-                f"{trace.resolved.label} failed its integrity check and is quarantined on "
-                "this node; an operator has been alerted",
-                type_="permission_error",
-                code="quarantined",
-            ) from None
+            raise errors.api_error(exc, label=trace.resolved.label) from None
+        except (DiskFull, AdapterIntegrityError) as exc:
+            raise errors.api_error(exc, label=trace.resolved.label) from None
         trace.tier, trace.load_ms = placed.tier, placed.load_ms
         trace.held = placed.handle.lora_id
         return placed.handle
@@ -374,12 +231,8 @@ class RequestPath:
             trace.caller = await self.authenticate(request)
             names = await offload.run(self.lookups.aliases_of, trace.caller.tenant_id)
             cards = self.engine.model_cards(names, trace.caller.tenant_slug)
-        except oai.ApiError as exc:
-            return self._error(exc, trace)
-        except EngineNotReady as exc:
-            return self._error(engine_unavailable(exc), trace)
-        except DatabaseError:
-            return self._error(control_plane_unavailable(), trace)
+        except (oai.ApiError, EngineNotReady, DatabaseError) as exc:
+            return self._error(errors.api_error(exc), trace)
         return JSONResponse({"object": "list", "data": cards}, headers=node_header())
 
     async def _handle(self, request: Request, *, chat: bool) -> Response:
@@ -462,48 +315,34 @@ class RequestPath:
                 # vLLM checks the request when it first runs it: take the first event before
                 # answering, so that a refusal is a plain error response, not one inside a 200
                 first_event = await result.__anext__()
-                refused = _error_event(first_event)
+                refused = errors.error_in_event(first_event)
                 if refused is not None:
                     await result.aclose()
                     if generation.died:
                         raise EngineDied("the engine core exited")
                     trace.refused = refused.status < 500
                     raise refused
-                stream = self._sse(first_event, result, trace, generation, holding.pop_all())
+                stream = streaming.sse(
+                    first_event,
+                    result,
+                    trace,
+                    generation,
+                    holding.pop_all(),
+                    finish=lambda status: self._end(trace, generation, status),
+                )
                 # Start the stream before answering: a started async generator is closed
                 # (and its `finally` run) even if the client vanishes before the first byte.
                 first = await stream.__anext__()
                 return StreamingResponse(
-                    _Started(first, stream),
+                    Started(first, stream),
                     media_type="text/event-stream",
                     headers=trace.headers(),
                 )
-        except oai.ApiError as exc:
-            return self._error(exc, trace)
-        except EngineNotReady as exc:
-            return self._error(engine_unavailable(exc), trace)
-        except DatabaseError:
-            return self._error(control_plane_unavailable(), trace)
-        except EngineRefused as exc:  # vLLM refused the request: its message says why
-            trace.refused = True
+        except Exception as exc:
+            trace.refused = trace.refused or isinstance(exc, EngineRefused)
+            label = trace.resolved.label if trace.resolved else ""
             return self._error(
-                oai.ApiError(
-                    exc.status if exc.status < 500 else 400, str(exc), code="invalid_request"
-                ),
-                trace,
-            )
-        except Exception:
-            if not self.engine.is_ready:  # it died under this request: retryable
-                return self._error(engine_unavailable("restarting"), trace)
-            logger.exception("inference request failed")
-            return self._error(
-                oai.ApiError(
-                    500,
-                    "internal error; it has been logged",
-                    type_="server_error",
-                    code="internal_error",
-                ),
-                trace,
+                errors.api_error(exc, label=label, engine_ready=self.engine.is_ready), trace
             )
 
     def _observe(self, trace: RequestTrace, generation: Generation) -> None:
@@ -541,129 +380,20 @@ class RequestPath:
                 raise oai.ApiError(499, "client closed the request", code="client_closed")
         return task.result()
 
-    async def _sse(
-        self,
-        first_event: str,
-        events: AsyncGenerator[str, None],
-        trace: RequestTrace,
-        generation: Generation,
-        holding: contextlib.AsyncExitStack,
-    ) -> AsyncGenerator[bytes, None]:
-        """The events of a streamed answer; ``holding`` (the request's slot, place and
-        adapter) is given back when the stream ends, however it ends."""
-        status = 200
-        try:
-            yield first_event.encode()
-            async for event in events:
-                if trace.ttft_ms is None and generation.first_token_s is not None:
-                    trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
-                if generation.died and _error_event(event) is not None:
-                    raise EngineDied("the engine core exited")
-                yield event.encode()
-        except asyncio.CancelledError:
-            status = 499  # the client went away; closing `events` aborts the request in vLLM
-            raise
-        except EngineDied:
-            status = 503
-            logger.error("the engine died during a streamed generation")
-            yield oai.sse(
-                oai.ApiError(
-                    503,
-                    "the engine stopped during this generation and is restarting; "
-                    "send the request again in a few seconds",
-                    type_="server_error",
-                    code="engine_restarting",
-                ).body()
-            )
-        except Exception:
-            status = 500
-            logger.exception("streamed generation failed")
-            yield oai.sse(oai.ApiError(500, "generation failed", type_="server_error").body())
-        finally:
-            await events.aclose()
-            await holding.aclose()
-            self._observe(trace, generation)
-            self._finish(trace, status)
-
     # --- step 5 ----------------------------------------------------------------------------
 
+    def _end(self, trace: RequestTrace, generation: Generation, status: int) -> None:
+        self._observe(trace, generation)
+        self._finish(trace, status)
+
     def _finish(self, trace: RequestTrace, status: int, error: str = "") -> None:
+        """Step 5: the request's metrics, its statistics row and its shadow's copy."""
         if not trace.counted:
             return
-        metrics, caller, resolved = self.metrics, trace.caller, trace.resolved
-        tenant = caller.tenant_slug if caller else "anonymous"
-        adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
-        tenant_label, adapter_label = metrics.labels_for(tenant, adapter)
-        finish_reason = "error" if status >= 500 and trace.generating else trace.finish_reason
-        outcome = outcomes.classify(status, finish_reason)
-        metrics.requests.labels(
-            tenant=tenant_label, adapter=adapter_label, outcome=outcome.value
-        ).inc()
-        if outcome is outcomes.Outcome.SERVER_FAILURE:  # the error rate: server failures only
-            metrics.errors.labels(
-                tenant=tenant_label, adapter=adapter_label, code=error or str(status)
-            ).inc()
-        if trace.tier:
-            metrics.count_tier(trace.tier)
-        if trace.ttft_ms is not None:
-            metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
-        for marker, present in (
-            ("cut", finish_reason == "length"),
-            ("empty", trace.empty_output),
-            ("refused", trace.refused),
-            ("json_invalid", trace.json_valid is False),
-            ("json_mismatched", trace.json_matches is False),
-            ("failed", finish_reason == "error"),
-        ):
-            if present:
-                metrics.output_markers.labels(
-                    tenant=tenant_label, adapter=adapter_label, marker=marker
-                ).inc()
-        self.stats.record(
-            RequestRecord(
-                tenant_id=caller.tenant_id if caller else None,
-                alias=trace.alias[:63],
-                adapter_id=resolved.adapter_id if resolved else "",
-                version=resolved.version if resolved else "",
-                tier=trace.tier,
-                degraded=trace.degraded,
-                status=status,
-                error=error,
-                load_ms=trace.load_ms,
-                queue_ms=trace.queue_ms,
-                ttft_ms=trace.ttft_ms,
-                total_ms=(time.perf_counter() - trace.started) * 1000,
-                prompt_tokens=trace.prompt_tokens,
-                completion_tokens=trace.completion_tokens,
-                # a generation that failed finished with an error, whatever its choices did
-                finish_reason=finish_reason,
-                empty_output=trace.empty_output,
-                json_requested=trace.json is not None,
-                json_valid=trace.json_valid,
-                json_matches=trace.json_matches,
-                refused=trace.refused,
-            )
-        )
+        record.count(self.metrics, trace, status, error)
+        self.stats.record(record.statistics_row(trace, status, error))
         if trace.shadow is not None and status == 200 and self.shadows is not None:
-            self.shadows.offer(self._mirrored(trace))
-
-    def _mirrored(self, trace: RequestTrace) -> Mirrored:
-        assert trace.caller is not None and trace.resolved is not None and trace.shadow
-        return Mirrored(
-            caller=trace.caller,
-            shadow=trace.shadow,
-            alias=trace.alias,
-            live_version=trace.resolved.version,
-            chat=trace.chat,
-            body=trace.body,
-            live=Answer(
-                texts=trace.texts,
-                finish_reason=trace.finish_reason,
-                json_valid=trace.json_valid,
-                ttft_ms=trace.ttft_ms,
-            ),
-            keep_example=trace.keep_shadow_example,
-        )
+            self.shadows.offer(record.mirrored(trace))
 
     async def answer_shadow(self, mirrored: Mirrored) -> Answer:
         """The shadow version's answer to a caller's request, on spare capacity only: a
@@ -700,12 +430,7 @@ class RequestPath:
                 self._observe(trace, generation)
         finally:
             self.let_go(trace)
-        return Answer(
-            texts=trace.texts,
-            finish_reason=trace.finish_reason,
-            json_valid=trace.json_valid,
-            ttft_ms=trace.ttft_ms,
-        )
+        return record.answer_of(trace)
 
     def _error(self, exc: oai.ApiError, trace: RequestTrace) -> Response:
         self._finish(trace, exc.status, exc.code or "")

@@ -1,0 +1,154 @@
+"""What one request did (``RequestTrace``), and what is made of it when it ends: its
+response headers, its metrics, its statistics row and, for an alias with a shadow, the copy
+offered to the shadow. Built here, in one place."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from apps.fleet.node_registry import node_header
+from apps.registry.contracts import ResolvedVersion
+from apps.serving.node.lookups import Caller
+from apps.serving.node.metrics import NodeMetrics
+from apps.serving.node.shadow import Answer, Mirrored
+from apps.telemetry import outcomes, quality
+from apps.telemetry.records import RequestRecord
+
+
+@dataclass
+class RequestTrace:
+    """What one request did, for its headers, its metrics and its statistics row."""
+
+    started: float = field(default_factory=time.perf_counter)
+    caller: Caller | None = None
+    alias: str = ""
+    resolved: ResolvedVersion | None = None
+    tier: str = ""
+    load_ms: float = 0.0
+    queue_ms: float = 0.0
+    ttft_ms: float | None = None
+    degraded: bool = False  # the base model answered: the adapter could not load in time
+    held: int | None = None  # the LoRA id this request holds in the engine while it runs
+    active: bool = False  # admitted to the engine's batch (the device-slot gate)
+    finishing: bool = False  # on its last token (the gate may hand its slot on)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    # the output-quality markers (``apps/telemetry/quality.py``)
+    json: quality.JsonWanted | None = None  # the request asked for JSON
+    finish_reason: str = ""
+    empty_output: bool = False
+    json_valid: bool | None = None
+    json_matches: bool | None = None
+    refused: bool = False  # vLLM refused the request itself
+    generating: bool = False  # handed to the engine
+    counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
+    shadow: ResolvedVersion | None = None  # the alias's shadow gets a copy of this request
+    keep_shadow_example: bool = False
+    body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy
+    chat: bool = False
+    texts: list[str] = field(default_factory=list)  # the answer's, when kept (JSON, shadow)
+
+    def headers(self) -> dict[str, str]:
+        if self.resolved is not None:
+            adapter = self.resolved.label
+        else:
+            adapter = "base" if self.tier == "base" else "none"
+        headers = {
+            **node_header(),
+            "X-Lorahub-Adapter": adapter,
+            "X-Lorahub-Cache-Tier": self.tier or "none",
+            "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
+        }
+        if self.degraded:
+            headers["X-Lorahub-Degraded"] = "1"
+        if not self.counted and self.ttft_ms is not None:
+            headers["X-Lorahub-Ttft-Ms"] = f"{self.ttft_ms:.1f}"
+        return headers
+
+
+def finish_reason(trace: RequestTrace, status: int) -> str:
+    """A generation that failed finished with an error, whatever its choices did."""
+    return "error" if status >= 500 and trace.generating else trace.finish_reason
+
+
+def count(metrics: NodeMetrics, trace: RequestTrace, status: int, error: str) -> None:
+    """The request in the node's Prometheus metrics."""
+    caller, resolved = trace.caller, trace.resolved
+    tenant = caller.tenant_slug if caller else "anonymous"
+    adapter = resolved.adapter_id if resolved else ("base" if trace.tier == "base" else "none")
+    tenant_label, adapter_label = metrics.labels_for(tenant, adapter)
+    finished = finish_reason(trace, status)
+    outcome = outcomes.classify(status, finished)
+    metrics.requests.labels(tenant=tenant_label, adapter=adapter_label, outcome=outcome.value).inc()
+    if outcome is outcomes.Outcome.SERVER_FAILURE:  # the error rate: server failures only
+        metrics.errors.labels(
+            tenant=tenant_label, adapter=adapter_label, code=error or str(status)
+        ).inc()
+    if trace.tier:
+        metrics.count_tier(trace.tier)
+    if trace.ttft_ms is not None:
+        metrics.ttft.labels(tenant=tenant_label, adapter=adapter_label).observe(trace.ttft_ms)
+    for marker, present in (
+        ("cut", finished == "length"),
+        ("empty", trace.empty_output),
+        ("refused", trace.refused),
+        ("json_invalid", trace.json_valid is False),
+        ("json_mismatched", trace.json_matches is False),
+        ("failed", finished == "error"),
+    ):
+        if present:
+            metrics.output_markers.labels(
+                tenant=tenant_label, adapter=adapter_label, marker=marker
+            ).inc()
+
+
+def statistics_row(trace: RequestTrace, status: int, error: str) -> RequestRecord:
+    caller, resolved = trace.caller, trace.resolved
+    return RequestRecord(
+        tenant_id=caller.tenant_id if caller else None,
+        alias=trace.alias[:63],
+        adapter_id=resolved.adapter_id if resolved else "",
+        version=resolved.version if resolved else "",
+        tier=trace.tier,
+        degraded=trace.degraded,
+        status=status,
+        error=error,
+        load_ms=trace.load_ms,
+        queue_ms=trace.queue_ms,
+        ttft_ms=trace.ttft_ms,
+        total_ms=(time.perf_counter() - trace.started) * 1000,
+        prompt_tokens=trace.prompt_tokens,
+        completion_tokens=trace.completion_tokens,
+        finish_reason=finish_reason(trace, status),
+        empty_output=trace.empty_output,
+        json_requested=trace.json is not None,
+        json_valid=trace.json_valid,
+        json_matches=trace.json_matches,
+        refused=trace.refused,
+    )
+
+
+def answer_of(trace: RequestTrace) -> Answer:
+    return Answer(
+        texts=trace.texts,
+        finish_reason=trace.finish_reason,
+        json_valid=trace.json_valid,
+        ttft_ms=trace.ttft_ms,
+    )
+
+
+def mirrored(trace: RequestTrace) -> Mirrored:
+    """The copy of an answered request offered to its alias's shadow."""
+    assert trace.caller is not None and trace.resolved is not None and trace.shadow
+    return Mirrored(
+        caller=trace.caller,
+        shadow=trace.shadow,
+        alias=trace.alias,
+        live_version=trace.resolved.version,
+        chat=trace.chat,
+        body=trace.body,
+        live=answer_of(trace),
+        keep_example=trace.keep_shadow_example,
+    )
