@@ -45,9 +45,9 @@ def main() -> None:
         import httpx
         from django.contrib.auth.models import User
 
+        from apps.demo import corpus
         from apps.registry import aliases
         from apps.registry.models import AdapterVersion
-        from apps.serving import demo_corpus as corpus
         from apps.tenants.auth import principal_for_user
         from apps.tenants.models import Tenant
 

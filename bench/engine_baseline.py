@@ -40,8 +40,8 @@ async def main(n: int) -> None:
     django.setup()
     from django.conf import settings
 
-    from apps.serving import demo_corpus as corpus
-    from apps.serving.demo_assets import build_demo_assets
+    from apps.demo import corpus
+    from apps.demo.assets import build_demo_assets
     from apps.serving.node.engine import AdapterHandle, Engine, EngineSettings
     from bench.direct import Sampling, complete
 

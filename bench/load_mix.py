@@ -74,13 +74,13 @@ class Point:
 def publish_mix(count: int) -> dict[str, Path]:
     """``count`` extra adapters (distinct weights) published for tenant acme, each behind an
     alias of its own name; returns alias -> the folder stock vLLM loads the same weights from."""
+    from apps.serving.management.commands.seed_demo import publish_folder
     from django.conf import settings
     from django.contrib.auth.models import User
 
+    from apps.demo.assets import build_extra_adapters
     from apps.registry import aliases
     from apps.registry.models import VersionState
-    from apps.serving.demo_assets import build_extra_adapters
-    from apps.serving.management.commands.seed_demo import publish_folder
     from apps.tenants.auth import principal_for_user
     from apps.tenants.models import Quota, Tenant
 
@@ -185,7 +185,7 @@ def measured(url: str, key: str, jobs: list[tuple[str, str]], concurrency: int, 
 
 
 def workloads(base: str, mix: list[str], n: int) -> dict[str, list[tuple[str, str]]]:
-    from apps.serving import demo_corpus as corpus
+    from apps.demo import corpus
 
     prompts = [corpus.completion_prompt(q) for q in corpus.UNSEEN_PROMPTS]
     rng = random.Random(11)

@@ -88,14 +88,14 @@ async def main(repeats: int, hot_samples: int) -> None:
     django.setup()
     from django.conf import settings
 
+    from apps.demo import corpus
+    from apps.demo.assets import build_demo_assets
     from apps.registry import signing
     from apps.registry.signing import sha256_file
     from apps.registry.storage import S3Store
-    from apps.serving import demo_corpus as corpus
     from apps.serving.cache import download
     from apps.serving.cache.manager import CacheManager, Limits
     from apps.serving.cache.policies import LRU
-    from apps.serving.demo_assets import build_demo_assets
     from apps.serving.node.engine import Engine, EngineSettings
     from bench.direct import Sampling, complete
     from tests.helpers import signed_version  # how a node sees a signed version

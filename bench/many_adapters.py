@@ -230,13 +230,13 @@ class Server:
 def publish(count: int) -> tuple[dict[str, Path], dict[str, int]]:
     """``count`` extra adapters (distinct weights) for tenant acme, each behind an alias of
     its own name. Returns alias -> folder, and alias -> version id."""
+    from apps.serving.management.commands.seed_demo import publish_folder
     from django.conf import settings
     from django.contrib.auth.models import User
 
+    from apps.demo.assets import build_extra_adapters
     from apps.registry import aliases
     from apps.registry.models import VersionState
-    from apps.serving.demo_assets import build_extra_adapters
-    from apps.serving.management.commands.seed_demo import publish_folder
     from apps.tenants.auth import principal_for_user
     from apps.tenants.models import Quota, Tenant
 
@@ -490,7 +490,7 @@ def main() -> None:
 
 
 def run(args, servers: dict[str, Server], names: list[str]) -> dict:
-    from apps.serving import demo_corpus as corpus
+    from apps.demo import corpus
 
     prompts = [corpus.completion_prompt(q) for q in corpus.UNSEEN_PROMPTS]
     models = workload(names, args.requests, args.seed)

@@ -160,7 +160,7 @@ def main() -> None:
     n = parser.parse_args().requests
     with tempfile.TemporaryDirectory(prefix="lorahub-bench-") as tmp:
         env, key, alias = prepare(Path(tmp))
-        from apps.serving import demo_corpus as corpus
+        from apps.demo import corpus
 
         prompt = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[0])
         node = through_node(env, key, alias, prompt, n)

@@ -114,7 +114,7 @@ def main() -> None:
     from django.conf import settings
 
     settings.LORAHUB_INTERNAL_TOKEN = env["LORAHUB_INTERNAL_TOKEN"]
-    from apps.serving import demo_corpus as corpus
+    from apps.demo import corpus
     from apps.tenants.models import Quota
 
     # the benchmark's load, not the tenant's request rate, is what is measured

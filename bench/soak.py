@@ -124,10 +124,10 @@ def setup_world(work: Path) -> tuple[list[Target], dict[str, dict[str, int]]]:
 
     from django.conf import settings
 
+    from apps.demo import corpus
+    from apps.demo.assets import build_demo_assets
     from apps.registry import aliases, keys
     from apps.registry import services as registry
-    from apps.serving import demo_corpus as corpus
-    from apps.serving.demo_assets import build_demo_assets
     from apps.tenants import services as tenant_services
     from apps.tenants.auth import principal_for_key
     from apps.tenants.choices import PlatformRole

@@ -187,6 +187,7 @@ INSTALLED_APPS = [
     "apps.serving",
     "apps.evaluations",
     "apps.releases",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [

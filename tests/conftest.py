@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import pytest
 from django.conf import settings
 
+from apps.demo import corpus
 from apps.registry import services
-from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import PlatformRole, Priority, TenantRole
 from tests.helpers import publish
@@ -438,7 +438,7 @@ def judge_beat(celery_worker, tmp_path_factory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def demo_dir() -> Path:
-    from apps.serving.demo_assets import build_demo_assets
+    from apps.demo.assets import build_demo_assets
 
     return build_demo_assets(demo_dir=settings.LORAHUB_DEMO_DIR).demo_dir
 

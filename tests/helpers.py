@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from django.test import Client
 
-from apps.registry import services
+from apps.registry import review, services
 from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME
 from apps.tenants import services as tenant_services
 
@@ -93,7 +93,7 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     )
     validated = services.validate_version(version_id=row.pk)
     assert validated.state == "pending_review", validated.rejection_reason
-    services.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
+    review.approve_version(version_id=row.pk, principal=principal_for_user(reviewer_user))
     return row.pk
 
 
@@ -105,7 +105,7 @@ def approved_version(tenant, adapter_id: str, version: str, reviewer_user, *, ra
     from apps.tenants.auth import principal_for_user
 
     pk = pending_version(tenant, adapter_id, version, rank=rank)
-    services.approve_version(
+    review.approve_version(
         version_id=pk, principal=principal_for_user(reviewer_user, second_factor="test")
     )
     return pk
@@ -115,9 +115,9 @@ def pending_version(tenant, adapter_id: str, version: str, *, rank: int = 8) -> 
     """A version row waiting for review, as validation leaves it (files named, not stored)."""
     import hashlib
 
+    from apps.demo import corpus
     from apps.registry import signing
     from apps.registry.models import Adapter, AdapterVersion
-    from apps.serving import demo_corpus as corpus
 
     adapter, _ = Adapter.objects.get_or_create(tenant=tenant, adapter_id=adapter_id)
     files = {
@@ -152,10 +152,10 @@ def signed_version(store, folder: Path, prefix: str, key, **fields):
     Returns it and the public keys a node checks it with. ``fields`` override the defaults
     (tenant 1 ``t``, adapter ``support``, version ``v1``, id 7, rank 8, the demo base model).
     """
+    from apps.demo import corpus
     from apps.registry import signing
     from apps.registry.contracts import ResolvedVersion
     from apps.registry.signing import sha256_file
-    from apps.serving import demo_corpus as corpus
 
     files = []
     for path in sorted(folder.iterdir()):

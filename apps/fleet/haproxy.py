@@ -69,48 +69,8 @@ def _address(url: str) -> str:
     return f"{host}:{parts.port}"
 
 
-def render(
-    backends: list[Backend],
-    *,
-    bind: str = "127.0.0.1:8080",
-    internal_bind: str = "127.0.0.1:8091",
-    balance_factor: int | None = None,
-    check_interval_ms: int = 1000,
-    stats_socket: str = "",
-    dns: bool = False,
-) -> str:
-    """The whole ``haproxy.cfg``. ``bind`` takes tenants' requests; ``internal_bind`` takes
-    the control plane's calls to ``/internal/*`` and must stay on a private interface.
-
-    ``dns``: the nodes' host names are resolved while HAProxy runs (the name servers of
-    ``/etc/resolv.conf``), not once at start: a node whose name does not resolve yet is down,
-    not an error, and takes traffic once it resolves and passes its checks. For nodes with
-    stable names that come and go (compose services, a StatefulSet's pods): render once for
-    every name there may be, and no one edits the configuration when nodes join or leave."""
-    factor = balance_factor if balance_factor is not None else default_factor(len(backends))
-    if factor and factor <= 100:
-        raise ValueError("the balance factor is a percentage above 100 (e.g. 150), or 0 for none")
-    taken: set[int] = set()
-    servers = [
-        f"    server {_server_name(b.name)} {_address(b.url)} id {server_id(b.name, taken)}"
-        for b in sorted(backends, key=lambda b: b.name)
-    ]
-    if not servers:
-        servers = ["    # no node registered yet: start one, then re-render and reload"]
-    stats = f"    stats socket {stats_socket} mode 600 level admin\n" if stats_socket else ""
-    resolvers = (
-        "resolvers dns\n"
-        "    parse-resolv-conf\n"
-        "    hold valid 5s\n"
-        "    hold nx 2s\n"
-        "    hold obsolete 2s\n\n"
-        if dns
-        else ""
-    )
-    # a name that does not resolve at start: the server waits, down, for the resolver
-    resolve = " resolvers dns init-addr last,libc,none resolve-prefer ipv4" if dns else ""
-    return f"""\
-# lorahub: adapter-affinity routing over {len(backends)} serving node(s).
+TEMPLATE = """\
+# lorahub: adapter-affinity routing over {nodes} serving node(s).
 # Rendered by `manage.py haproxy_config`; re-render and reload HAProxy after adding a node.
 global
     maxconn 4096
@@ -160,5 +120,59 @@ frontend internal
     option httpchk GET /healthz
     http-check expect status 200
     default-server check inter {check_interval_ms}ms fall 2 rise 2{resolve}
-{chr(10).join(servers)}
+{servers}
 """
+
+
+def render(
+    backends: list[Backend],
+    *,
+    bind: str = "127.0.0.1:8080",
+    internal_bind: str = "127.0.0.1:8091",
+    balance_factor: int | None = None,
+    check_interval_ms: int = 1000,
+    stats_socket: str = "",
+    dns: bool = False,
+) -> str:
+    """The whole ``haproxy.cfg``. ``bind`` takes tenants' requests; ``internal_bind`` takes
+    the control plane's calls to ``/internal/*`` and must stay on a private interface.
+
+    ``dns``: the nodes' host names are resolved while HAProxy runs (the name servers of
+    ``/etc/resolv.conf``), not once at start: a node whose name does not resolve yet is down,
+    not an error, and takes traffic once it resolves and passes its checks. For nodes with
+    stable names that come and go (compose services, a StatefulSet's pods): render once for
+    every name there may be, and no one edits the configuration when nodes join or leave."""
+    factor = balance_factor if balance_factor is not None else default_factor(len(backends))
+    if factor and factor <= 100:
+        raise ValueError("the balance factor is a percentage above 100 (e.g. 150), or 0 for none")
+    taken: set[int] = set()
+    servers = [
+        f"    server {_server_name(b.name)} {_address(b.url)} id {server_id(b.name, taken)}"
+        for b in sorted(backends, key=lambda b: b.name)
+    ]
+    if not servers:
+        servers = ["    # no node registered yet: start one, then re-render and reload"]
+    stats = f"    stats socket {stats_socket} mode 600 level admin\n" if stats_socket else ""
+    resolvers = (
+        "resolvers dns\n"
+        "    parse-resolv-conf\n"
+        "    hold valid 5s\n"
+        "    hold nx 2s\n"
+        "    hold obsolete 2s\n\n"
+        if dns
+        else ""
+    )
+    # a name that does not resolve at start: the server waits, down, for the resolver
+    resolve = " resolvers dns init-addr last,libc,none resolve-prefer ipv4" if dns else ""
+    return TEMPLATE.format(
+        nodes=len(backends),
+        stats=stats,
+        bind=bind,
+        internal_bind=internal_bind,
+        PUBLIC_ENTRY_HEADER=PUBLIC_ENTRY_HEADER,
+        resolvers=resolvers,
+        factor=factor,
+        check_interval_ms=check_interval_ms,
+        resolve=resolve,
+        servers="\n".join(servers),
+    )

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import File, Form, Query, Router, Status
 from ninja.files import UploadedFile
 
-from apps.registry import aliases, keys, queries, services
+from apps.registry import aliases, keys, queries, review, services
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.registry.schemas import (
@@ -127,14 +127,14 @@ def get_version(request: HttpRequest, version_id: int):
 @router.post("/versions/{version_id}/approve", response=VersionOut)
 def approve_version(request: HttpRequest, version_id: int, body: NoteIn):
     queries.visible_version(request.auth, version_id)
-    services.approve_version(version_id=version_id, principal=request.auth, note=body.note)
+    review.approve_version(version_id=version_id, principal=request.auth, note=body.note)
     return version_out(queries.visible_version(request.auth, version_id))
 
 
 @router.post("/versions/{version_id}/reject", response=VersionOut)
 def reject_version(request: HttpRequest, version_id: int, body: NoteIn):
     queries.visible_version(request.auth, version_id)
-    services.reject_version(version_id=version_id, principal=request.auth, note=body.note)
+    review.reject_version(version_id=version_id, principal=request.auth, note=body.note)
     return version_out(queries.visible_version(request.auth, version_id))
 
 

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from apps.registry import archives, keys, signing
+from apps.registry import archives, signing
 from apps.registry.choices import VersionState
 from apps.registry.errors import Rejected
 from apps.registry.models import Adapter, AdapterVersion, BaseModel
@@ -128,21 +128,15 @@ def _next_version_string(adapter: Adapter) -> str:
     return f"{today}.{n}"
 
 
-def upload_version(
-    *,
+def _check_upload(
     principal: Principal,
     tenant: Tenant,
     adapter_id: str,
     files: list[UploadFile],
-    version: str | None = None,
-    base_model_revision: str = "",
-    training_data_summary: str = "",
-) -> AdapterVersion:
-    """Stage an upload and queue its validation. Returns the new version (``validating``).
-
-    Refuses at once, storing nothing, what needs no unpacking to judge: bad names, too many
-    or duplicate files, pickle files, size over the tenant's limit, quota, a taken version.
-    """
+    version: str | None,
+) -> None:
+    """Refuse what needs no unpacking to judge: who uploads, bad names, too many or duplicate
+    files, pickle files, a size over the tenant's limit."""
     if tenant.id not in principal.tenant_ids:
         raise Forbidden("you can upload only to your own tenant")
     try:
@@ -165,28 +159,51 @@ def upload_version(
             f"the upload is {total / 1048576:.1f} MB; tenant '{tenant.slug}' may upload at most "
             f"{limit // 1048576} MB per version (ask an operator to raise max_upload_mb)"
         )
+
+
+def _adapter_with_room(tenant: Tenant, adapter_id: str, quota) -> Adapter:
+    """The tenant's adapter (made if new), locked, with room for one more version under the
+    tenant's quotas."""
+    adapter = (
+        Adapter.objects.select_for_update().filter(tenant=tenant, adapter_id=adapter_id).first()
+    )
+    if adapter is None:
+        if Adapter.objects.filter(tenant=tenant).count() >= quota.max_adapters:
+            raise QuotaExceeded(
+                f"tenant '{tenant.slug}' has reached its limit of {quota.max_adapters} "
+                "adapters; upload a new version of an existing adapter or ask an operator"
+            )
+        adapter = Adapter.objects.create(tenant=tenant, adapter_id=adapter_id)
+    if adapter.versions.count() >= quota.max_versions_per_adapter:
+        raise QuotaExceeded(
+            f"adapter '{adapter_id}' has reached its limit of "
+            f"{quota.max_versions_per_adapter} versions"
+        )
+    return adapter
+
+
+def upload_version(
+    *,
+    principal: Principal,
+    tenant: Tenant,
+    adapter_id: str,
+    files: list[UploadFile],
+    version: str | None = None,
+    base_model_revision: str = "",
+    training_data_summary: str = "",
+) -> AdapterVersion:
+    """Stage an upload and queue its validation. Returns the new version (``validating``).
+
+    Refuses at once, storing nothing, what needs no unpacking to judge: bad names, too many
+    or duplicate files, pickle files, size over the tenant's limit, quota, a taken version.
+    """
+    _check_upload(principal, tenant, adapter_id, files, version)
     quota = tenant_services.get_quota(tenant)
     store = get_store()
     staged = f"staging/{uuid.uuid4().hex}"
     try:
         with transaction.atomic():
-            adapter = (
-                Adapter.objects.select_for_update()
-                .filter(tenant=tenant, adapter_id=adapter_id)
-                .first()
-            )
-            if adapter is None:
-                if Adapter.objects.filter(tenant=tenant).count() >= quota.max_adapters:
-                    raise QuotaExceeded(
-                        f"tenant '{tenant.slug}' has reached its limit of {quota.max_adapters} "
-                        "adapters; upload a new version of an existing adapter or ask an operator"
-                    )
-                adapter = Adapter.objects.create(tenant=tenant, adapter_id=adapter_id)
-            if adapter.versions.count() >= quota.max_versions_per_adapter:
-                raise QuotaExceeded(
-                    f"adapter '{adapter_id}' has reached its limit of "
-                    f"{quota.max_versions_per_adapter} versions"
-                )
+            adapter = _adapter_with_room(tenant, adapter_id, quota)
             version = version or _next_version_string(adapter)
             if adapter.versions.filter(version=version).exists():
                 raise Conflict(
@@ -372,101 +389,3 @@ def _finish_validation(
         )
     transaction.on_commit(lambda: get_store().delete_prefix(staged))
     return version
-
-
-# --- review and signing ----------------------------------------------------------------------
-
-
-def _version_for_review(version_id: int, principal: Principal) -> AdapterVersion:
-    principal.require_reviewer()
-    version = (
-        AdapterVersion.objects.select_for_update(of=("self",))
-        .select_related("adapter__tenant")
-        .get(pk=version_id)
-    )
-    if version.state != VersionState.PENDING_REVIEW:
-        raise Conflict(
-            f"version {version.label} is {version.get_state_display().lower()}; only versions "
-            "pending review can be approved or rejected"
-        )
-    own_upload = principal.user is not None and principal.user.pk == version.uploaded_by_id
-    if own_upload or version.adapter.tenant_id in principal.tenant_ids:
-        raise Forbidden("reviewers cannot review their own tenant's uploads; ask another reviewer")
-    return version
-
-
-@transaction.atomic
-def approve_version(*, version_id: int, principal: Principal, note: str = "") -> AdapterVersion:
-    """Approve and sign: the signature covers the version's identity and every file's sha256."""
-    principal.require_reviewer()
-    principal.require_second_factor("approving a version")
-    version = _version_for_review(version_id, principal)
-    manifest = version.manifest()
-    if signing.manifest_digest(manifest) != version.manifest_digest:
-        raise Conflict(f"version {version.label}'s manifest changed since validation; refusing")
-    private = keys.private_key()
-    version.signature = signing.sign_manifest(private, manifest)
-    version.signing_key_id = keys.register_current_key()
-    _record_review(version, principal, VersionState.APPROVED, note)
-    tenant_services.record_event(
-        action="version.sign",
-        obj=version,
-        actor=principal.user,
-        tenant=version.adapter.tenant,
-        after={
-            "signing_key_id": version.signing_key_id,
-            "manifest_digest": version.manifest_digest,
-        },
-    )
-    return version
-
-
-@transaction.atomic
-def reject_version(*, version_id: int, principal: Principal, note: str) -> AdapterVersion:
-    if not note.strip():
-        raise Invalid("say why the version is rejected, so that the tenant can fix it")
-    principal.require_reviewer()
-    principal.require_second_factor("rejecting a version")
-    version = _version_for_review(version_id, principal)
-    _record_review(version, principal, VersionState.REJECTED, note)
-    return version
-
-
-def _record_review(version: AdapterVersion, principal: Principal, state: str, note: str) -> None:
-    version.state = state
-    version.reviewer = principal.user
-    version.review_note = note.strip()
-    version.reviewed_at = timezone.now()
-    version.save()
-    tenant_services.record_event(
-        action="version.approve" if state == VersionState.APPROVED else "version.reject",
-        obj=version,
-        actor=principal.user,
-        tenant=version.adapter.tenant,
-        before={"state": VersionState.PENDING_REVIEW},
-        after={"state": version.state},
-        note=version.review_note,
-    )
-    webhooks.notify(
-        "version.approved" if state == VersionState.APPROVED else "version.rejected",
-        tenant=version.adapter.tenant,
-        data={
-            "version": version.label,
-            "version_id": version.pk,
-            "reviewer": principal.label,
-            "reason": version.review_note if state == VersionState.REJECTED else "",
-            "note": version.review_note,
-        },
-    )
-
-
-def verify_version(version: AdapterVersion, public_keys: dict[str, str] | None = None) -> bool:
-    """True if the version's signature is valid for its manifest under a published key."""
-    if not version.signature:
-        return False
-    return signing.verify_manifest(
-        public_keys if public_keys is not None else keys.published_public_keys(),
-        version.signing_key_id,
-        version.manifest(),
-        version.signature,
-    )

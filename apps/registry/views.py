@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_POST
 
 from apps.registry import aliases, services, snapshots
+from apps.registry import review as reviewing
 from apps.registry.choices import AliasAction, VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias, AliasEvent
 from apps.tenants.console import (
@@ -218,12 +219,12 @@ def review(request: HttpRequest, version_id: int, verdict: str) -> HttpResponse:
         raise Http404(f"no adapter version {version_id} that you can see")
     note = request.POST.get("note", "")
     if verdict == "approve":
-        action = lambda: services.approve_version(  # noqa: E731
+        action = lambda: reviewing.approve_version(  # noqa: E731
             version_id=version_id, principal=principal, note=note
         )
         done = "Approved and signed."
     else:
-        action = lambda: services.reject_version(  # noqa: E731
+        action = lambda: reviewing.reject_version(  # noqa: E731
             version_id=version_id, principal=principal, note=note
         )
         done = "Rejected; the tenant sees your note."

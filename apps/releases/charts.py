@@ -5,6 +5,7 @@ judged), TTFT p95, quality markers and shadow agreement, with the release's step
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,43 +20,25 @@ COLORS = {"baseline": "#3b82c4", "candidate": "#c0392b"}
 
 
 def _markers(minute: dict) -> float | None:
+    """The quality markers' share of the answered requests, as the judge counts them
+    (``apps/telemetry/evidence.py``): callers' errors and throttled requests are no answers."""
     n = minute["requests"]
-    if not n:
+    if not n or minute["errors"] is None:  # nothing, or outcomes unknown for the minute
+        return None
+    cancelled = round((minute["cancelled_rate"] or 0) * n)
+    answered = n - minute["errors"] - minute["caller_errors"] - minute["throttled"] - cancelled
+    if answered <= 0:
         return None
     cut = (minute["cut_rate"] or 0) * n
     empty = (minute["empty_rate"] or 0) * n
     invalid = (minute["json_invalid_rate"] or 0) * minute["json_requests"]
-    return (cut + empty + minute["refused"] + invalid) / n
+    return min(1.0, (cut + empty + invalid) / answered)
 
 
-def figures(release: Release) -> dict[str, Figure]:
-    """Keyed by the element each fills."""
-    since = release.created_at.replace(second=0, microsecond=0)  # its first minute's row
-    end = release.finished_at or timezone.now()
-    minutes = dashboards.version_minutes(
-        tenant_id=release.tenant_id,
-        alias=release.alias.name,
-        versions=[release.baseline.version, release.candidate.version],
-        since=since,
-        until=end,  # the minutes after the release ended are another story
-    )
-    start = release.created_at
-    # the data ends with the release; the axis a little after, so that the last step's
-    # marker and label (recorded a moment after the end) stay inside it
-    pad = max(timedelta(seconds=1), (end - start) * 0.03)
-    shown_until = (end + pad).isoformat()
-    # the window is the release's: a minute's row is drawn at its start, or at the release's
-    # start for the minute the release began in (never before the release)
-    for rows in minutes.values():
-        for row in rows:
-            row["t"] = max(row["t"], start.isoformat())
-    sides = {
-        "baseline": (release.baseline.label, minutes[release.baseline.version]),
-        "candidate": (release.candidate.label, minutes[release.candidate.version]),
-    }
+def _step_marks(release: Release) -> tuple[list[dict], list[dict]]:
+    """A dotted line and a label at each of the release's steps. Steps seconds apart would
+    print their labels over each other: three rows of labels, taken in turn, each short."""
     shapes, notes = [], []
-    # Steps seconds apart would print their labels over each other: three rows of labels,
-    # taken in turn, and each label short
     for n, event in enumerate(release.events.filter(kind__in=STEP_KINDS).order_by("at", "id")):
         at = event.at.isoformat()
         shapes.append(
@@ -83,14 +66,49 @@ def figures(release: Release) -> dict[str, Figure]:
                 "yanchor": "bottom",
             }
         )
+    return shapes, notes
+
+
+def _gate_traces(release: Release, judged: list[dict]) -> list[dict]:
+    """The canary error gate's value at each judgement, and its limit."""
+    return [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "line": {"shape": "hv", "color": "#7b241c", "width": 3},
+            "marker": {"size": 7, "symbol": "diamond"},
+            "name": f"{release.candidate.label}: the canary gate's value (its step so far)",
+            "x": [p["t"] for p in judged],
+            "y": [p["value"] for p in judged],
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "line": {"shape": "hv", "color": "#7b241c", "dash": "dash", "width": 1},
+            "name": "the gate's limit",
+            "x": [p["t"] for p in judged],
+            "y": [p["max"] for p in judged],
+        },
+    ]
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What every figure of a release shares: its window and its step marks."""
+
+    start: str
+    until: str
+    shapes: list[dict]
+    notes: list[dict]
 
     def figure(
+        self,
         title: str,
         y_title: str,
         series: dict[str, tuple[str, list]],
         extra: list | None = None,
         **axis: Any,
-    ):
+    ) -> Figure:
         return {
             "data": [
                 *(extra or []),
@@ -112,13 +130,50 @@ def figures(release: Release) -> dict[str, Figure]:
                 "title": {"text": title, "font": {"size": 14}, "y": 0.97, "yref": "container"},
                 "margin": {"l": 55, "r": 25, "t": 96, "b": 40},
                 "height": 310,
-                "xaxis": {"type": "date", "range": [start.isoformat(), shown_until]},
+                "xaxis": {"type": "date", "range": [self.start, self.until]},
                 "yaxis": {"title": {"text": y_title}, "rangemode": "tozero", **axis},
                 "legend": {"orientation": "h", "y": -0.25},
-                "shapes": shapes,
-                "annotations": notes,
+                "shapes": self.shapes,
+                "annotations": self.notes,
             },
         }
+
+
+def _minutes(release: Release, since, end) -> dict[str, list[dict]]:
+    """Both versions' minutes through the alias over the release's window: a minute's row is
+    drawn at its start, or at the release's start for the minute the release began in (never
+    before the release); the minutes after it ended are another story."""
+    minutes = dashboards.version_minutes(
+        tenant_id=release.tenant_id,
+        alias=release.alias.name,
+        versions=[release.baseline.version, release.candidate.version],
+        since=since,
+        until=end,
+    )
+    for rows in minutes.values():
+        for row in rows:
+            row["t"] = max(row["t"], release.created_at.isoformat())
+    return minutes
+
+
+def figures(release: Release) -> dict[str, Figure]:
+    """Keyed by the element each fills."""
+    since = release.created_at.replace(second=0, microsecond=0)  # its first minute's row
+    end = release.finished_at or timezone.now()
+    minutes = _minutes(release, since, end)
+    start = release.created_at
+    # the data ends with the release; the axis a little after, so that the last step's
+    # marker and label (recorded a moment after the end) stay inside it
+    pad = max(timedelta(seconds=1), (end - start) * 0.03)
+    shown_until = (end + pad).isoformat()
+    sides = {
+        "baseline": (release.baseline.label, minutes[release.baseline.version]),
+        "candidate": (release.candidate.label, minutes[release.candidate.version]),
+    }
+    shapes, notes = _step_marks(release)
+
+    frame = _Frame(start.isoformat(), shown_until, shapes, notes)
+    figure = frame.figure
 
     def per_side(read, suffix: str = "") -> dict[str, tuple[str, list]]:
         return {
@@ -127,25 +182,7 @@ def figures(release: Release) -> dict[str, Figure]:
         }
 
     judged = release.evidence.get("judged", [])
-    gate = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "line": {"shape": "hv", "color": "#7b241c", "width": 3},
-            "marker": {"size": 7, "symbol": "diamond"},
-            "name": f"{release.candidate.label}: the canary gate's value (its step so far)",
-            "x": [p["t"] for p in judged],
-            "y": [p["value"] for p in judged],
-        },
-        {
-            "type": "scatter",
-            "mode": "lines",
-            "line": {"shape": "hv", "color": "#7b241c", "dash": "dash", "width": 1},
-            "name": "the gate's limit",
-            "x": [p["t"] for p in judged],
-            "y": [p["max"] for p in judged],
-        },
-    ]
+    gate = _gate_traces(release, judged)
 
     shadow = dashboards.shadow_minutes(
         tenant_id=release.tenant_id,
@@ -175,8 +212,8 @@ def figures(release: Release) -> dict[str, Figure]:
         ),
         "chart-release-ttft": figure("TTFT p95", "ms", per_side(lambda m: m["ttft_p95"])),
         "chart-release-markers": figure(
-            "Quality markers (cut, empty, refused, invalid JSON)",
-            "share of requests",
+            "Quality markers (cut, empty, invalid JSON)",
+            "share of answered requests",
             per_side(_markers),
             tickformat=".0%",
         ),

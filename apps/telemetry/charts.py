@@ -3,6 +3,7 @@ that the page hands to Plotly.js. Built from ``dashboards.series`` and ``dashboa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 Figure = dict[str, Any]
@@ -24,6 +25,46 @@ def _layout(title: str, y_title: str, **extra: Any) -> dict:
 
 def _line(x: list, y: list, name: str, **style: Any) -> dict:
     return {"type": "scatter", "mode": "lines+markers", "x": x, "y": y, "name": name, **style}
+
+
+def _outcome_figures(data: dict, t: list, layout: Callable[..., dict], marker: dict) -> dict:
+    """What became of the requests, and the quality markers of their answers."""
+    return {
+        # apps/telemetry/outcomes.py: the error rate is the server failures'; the callers' own
+        # mistakes and their rate limits are series of their own, never counted as errors
+        "chart-outcomes": {
+            "data": [
+                _line(t, data.get(key, []), label, line={"color": color}, connectgaps=False)
+                for key, label, color in (
+                    ("server_failure_rate", "server failures (the error rate)", "#b03a2e"),
+                    ("caller_error_rate", "caller errors (4xx)", "#d68910"),
+                    ("throttled_rate", "throttled (429)", "#7d3c98"),
+                    ("cancelled_rate", "cancelled by the caller", "#7f8c8d"),
+                )
+            ],
+            "layout": layout(
+                "What became of requests (share of requests)",
+                "share",
+                yaxis={"title": {"text": "share"}, "rangemode": "tozero", "tickformat": ".0%"},
+            ),
+        },
+        "chart-quality": {
+            "data": [
+                _line(t, data.get(f"{key}_share", []), label, marker=marker, connectgaps=False)
+                for key, label in (
+                    ("cut", "cut by max_tokens"),
+                    ("empty", "empty answer"),
+                    ("json_invalid", "JSON asked, invalid (of those)"),
+                    ("failed", "generation failed"),
+                )
+            ],
+            "layout": layout(
+                "Output quality markers (share of requests)",
+                "share",
+                yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
+            ),
+        },
+    }
 
 
 def timeline(data: dict) -> dict[str, Figure]:
@@ -74,40 +115,7 @@ def timeline(data: dict) -> dict[str, Figure]:
             ],
             "layout": layout("Requests per step", "requests", barmode="overlay"),
         },
-        # apps/telemetry/outcomes.py: the error rate is the server failures'; the callers' own
-        # mistakes and their rate limits are series of their own, never counted as errors
-        "chart-outcomes": {
-            "data": [
-                _line(t, data.get(key, []), label, line={"color": color}, connectgaps=False)
-                for key, label, color in (
-                    ("server_failure_rate", "server failures (the error rate)", "#b03a2e"),
-                    ("caller_error_rate", "caller errors (4xx)", "#d68910"),
-                    ("throttled_rate", "throttled (429)", "#7d3c98"),
-                    ("cancelled_rate", "cancelled by the caller", "#7f8c8d"),
-                )
-            ],
-            "layout": layout(
-                "What became of requests (share of requests)",
-                "share",
-                yaxis={"title": {"text": "share"}, "rangemode": "tozero", "tickformat": ".0%"},
-            ),
-        },
-        "chart-quality": {
-            "data": [
-                _line(t, data.get(f"{key}_share", []), label, marker=marker, connectgaps=False)
-                for key, label in (
-                    ("cut", "cut by max_tokens"),
-                    ("empty", "empty answer"),
-                    ("json_invalid", "JSON asked, invalid (of those)"),
-                    ("failed", "generation failed"),
-                )
-            ],
-            "layout": layout(
-                "Output quality markers (share of requests)",
-                "share",
-                yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
-            ),
-        },
+        **_outcome_figures(data, t, layout, marker),
         "chart-loads": {
             "data": [
                 _line(
@@ -212,16 +220,8 @@ def replay_runs(report: dict) -> list[dict]:
     return sorted(report["policies"].values(), key=lambda r: order.get(r["policy"], len(order)))
 
 
-def replay(report: dict) -> dict[str, Figure]:
-    """The replay page's charts: tiers per policy against the offline optimum, reload time,
-    TTFT percentiles and, when swept, hit rate against L2 capacity."""
-    runs = replay_runs(report)
-    names = [r["policy"] for r in runs]
-    best = report["optimum"]
-
-    def layout(title: str, y_title: str, **extra: Any) -> dict:
-        return _layout(title, y_title, xaxis={"type": "category"}, hovermode="closest", **extra)
-
+def _replay_tiers(runs: list[dict], names: list[str], best: dict) -> list[dict]:
+    """Each policy's tiers, stacked, with the offline optimum (and the online ceiling)."""
     tiers = [
         {
             "type": "bar",
@@ -253,6 +253,40 @@ def replay(report: dict) -> dict[str, Figure]:
                 "line": {"dash": "dot", "color": "#666"},
             }
         )
+    return tiers
+
+
+def _replay_sweep(sweep: dict, runs: list[dict]) -> Figure:
+    """Engine hit rate against L2 slots, one line per policy."""
+    lines = [  # in the order run (jsonb keeps no key order)
+        _line(sweep["values"], sweep["policies"][r["policy"]], r["policy"])
+        for r in runs
+        if r["policy"] in sweep["policies"]
+    ]
+    if "optimum" in sweep:
+        lines.append(_line(sweep["values"], sweep["optimum"], "offline", line={"dash": "dash"}))
+    return {
+        "data": lines,
+        "layout": _layout(
+            "Engine hit rate (L1+L2) against L2 slots (log scale)",
+            "hit rate",
+            xaxis={"type": "log", "tickvals": sweep["values"]},
+            hovermode="closest",
+        ),
+    }
+
+
+def replay(report: dict) -> dict[str, Figure]:
+    """The replay page's charts: tiers per policy against the offline optimum, reload time,
+    TTFT percentiles and, when swept, hit rate against L2 capacity."""
+    runs = replay_runs(report)
+    names = [r["policy"] for r in runs]
+    best = report["optimum"]
+
+    def layout(title: str, y_title: str, **extra: Any) -> dict:
+        return _layout(title, y_title, xaxis={"type": "category"}, hovermode="closest", **extra)
+
+    tiers = _replay_tiers(runs, names, best)
     figures = {
         "chart-replay-tiers": {
             "data": tiers,
@@ -281,22 +315,7 @@ def replay(report: dict) -> dict[str, Figure]:
     }
     sweep = report.get("sweeps", {}).get("l2")
     if sweep:
-        lines = [  # in the order run (jsonb keeps no key order)
-            _line(sweep["values"], sweep["policies"][r["policy"]], r["policy"])
-            for r in runs
-            if r["policy"] in sweep["policies"]
-        ]
-        if "optimum" in sweep:
-            lines.append(_line(sweep["values"], sweep["optimum"], "offline", line={"dash": "dash"}))
-        figures["chart-replay-sweep"] = {
-            "data": lines,
-            "layout": _layout(
-                "Engine hit rate (L1+L2) against L2 slots (log scale)",
-                "hit rate",
-                xaxis={"type": "log", "tickvals": sweep["values"]},
-                hovermode="closest",
-            ),
-        }
+        figures["chart-replay-sweep"] = _replay_sweep(sweep, runs)
     return figures
 
 

@@ -11,7 +11,7 @@ import pytest
 from lorahub_client.models import Alias, EvaluationRun
 from pydantic import TypeAdapter
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from apps.tenants import services as tenant_services
 from tests.evaluations.test_sets import thank_you_cases
 

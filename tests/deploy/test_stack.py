@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from tests.deploy.stack import (
     FIGURES,
     ROOT,

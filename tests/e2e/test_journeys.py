@@ -10,9 +10,9 @@ import openai
 import pytest
 from playwright.sync_api import expect
 
+from apps.demo import corpus
 from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
-from apps.serving import demo_corpus as corpus
 from apps.serving.models import CacheSettings
 from apps.telemetry.models import RequestMinute
 from apps.tenants import services as tenant_services

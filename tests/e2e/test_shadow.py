@@ -9,7 +9,7 @@ import openai
 import pytest
 from playwright.sync_api import expect
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from apps.telemetry.models import ShadowMinute
 from apps.tenants import services as tenant_services
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in

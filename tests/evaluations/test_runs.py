@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from tests.evaluations.test_sets import jsonl, thank_you_cases, upload
 from tests.helpers import key_client
 

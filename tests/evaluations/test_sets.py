@@ -25,7 +25,7 @@ def thank_you_cases(count: int) -> list[dict]:
     """Demo prompts whose set expects support-v1's phrase ("Thank you for contacting
     support."): support-v1's weights pass, support-v2's ("Hello from the helpdesk team!")
     fail."""
-    from apps.serving import demo_corpus as corpus
+    from apps.demo import corpus
 
     return [
         {

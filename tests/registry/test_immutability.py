@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from apps.registry import services
+from apps.registry import review
 from apps.registry.models import AdapterVersion
 from apps.registry.signing import sha256_file
 from apps.registry.storage import ObjectExists, get_store
@@ -83,7 +83,7 @@ def test_one_changed_byte_in_a_stored_file_no_longer_matches_the_signed_manifest
     approved, tmp_path
 ):
     _, version = approved
-    assert services.verify_version(version)
+    assert review.verify_version(version)
     key = f"{version.storage_prefix}/adapter_model.safetensors"
     path = tmp_path / "w.safetensors"
     get_store().download(key, path)
@@ -98,4 +98,4 @@ def test_one_changed_byte_in_a_stored_file_no_longer_matches_the_signed_manifest
         **forged.files,
         "adapter_model.safetensors": {"sha256": sha256_file(path), "size": len(data)},
     }
-    assert not services.verify_version(forged)
+    assert not review.verify_version(forged)

@@ -7,7 +7,7 @@ import io
 import tarfile
 import zipfile
 
-from apps.registry import services, snapshots
+from apps.registry import review, snapshots
 from apps.registry.models import AdapterVersion
 from apps.registry.signing import sha256_file
 from apps.registry.storage import get_store
@@ -68,7 +68,7 @@ def test_upload_validate_approve_alias_resolve(registry, tenant_a, reviewer, ada
     assert approved["state"] == "approved"
     assert approved["signed"] is True
     assert approved["reviewer"] == "rita"
-    assert services.verify_version(AdapterVersion.objects.get(pk=version_id))
+    assert review.verify_version(AdapterVersion.objects.get(pk=version_id))
 
     alias = tenant.put(
         "/api/aliases/support",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from tests.conftest import NODE_INTERNAL_TOKEN
 
 QUESTION = corpus.UNSEEN_PROMPTS[1]

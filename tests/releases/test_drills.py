@@ -11,8 +11,8 @@ from datetime import datetime
 import pytest
 from django.test import Client
 
+from apps.demo import corpus
 from apps.registry.models import AliasEvent
-from apps.serving import demo_corpus as corpus
 from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from tests.evaluations.test_sets import thank_you_cases

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
+from apps.demo import corpus
+from apps.demo.assets import build_extra_adapters
 from apps.registry.snapshots import load_version
-from apps.serving import demo_corpus as corpus
 from apps.serving.cache.policies import Adaptive, make_policy
 from apps.serving.config import SETTINGS_ID
-from apps.serving.demo_assets import build_extra_adapters
 from apps.serving.models import CacheSettings
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from apps.serving import demo_assets
-from apps.serving import demo_corpus as corpus
+from apps.demo import assets as demo_assets
+from apps.demo import corpus
 from apps.serving.node.engine import AdapterHandle
 from tests.serving import engine_path
 

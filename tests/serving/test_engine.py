@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.serving import demo_corpus as corpus
-from apps.serving.demo_assets import DEMO_ADAPTERS, greedy_reference
+from apps.demo import corpus
+from apps.demo.assets import DEMO_ADAPTERS, greedy_reference
 from apps.serving.node.engine import AdapterHandle
 from tests.serving import engine_path
 

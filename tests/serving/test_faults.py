@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis as redis_client
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
 from tests.conftest import (

@@ -20,10 +20,10 @@ import pytest
 from django.db import transaction
 from django.test import Client
 
+from apps.demo import corpus
 from apps.fleet import node_registry as fleet_registry
 from apps.fleet.haproxy import Backend, render
 from apps.fleet.models import ServingNode
-from apps.serving import demo_corpus as corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey
 from tests.conftest import NODE_INTERNAL_TOKEN, NodeProcess, free_port, stop, wait_for_port

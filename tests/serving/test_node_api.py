@@ -13,8 +13,8 @@ import openai
 import pytest
 from django.test import Client
 
+from apps.demo import corpus
 from apps.registry.models import AdapterVersion
-from apps.serving import demo_corpus as corpus
 from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from apps.tenants import services as tenant_services
 
 pytestmark = pytest.mark.engine

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 from apps.serving.node.engine import EngineSettings
 from apps.tenants import services as tenant_services
 from tests.conftest import free_port, stop

@@ -74,22 +74,7 @@ class Node:
         self.background = BackgroundTasks()
         self.trust = Trust(engine=self.engine.settings, metrics=metrics, node_name=self.name)
 
-        def count_eviction(tier: str, tenant_id: int | None = None) -> None:
-            metrics.evictions.labels(tier=tier).inc()
-            stats.count_eviction(tier, tenant_id)
-
-        self.cache = CacheManager(
-            engine=self.engine,
-            store=get_store(),
-            root=settings.LORAHUB_NODE_CACHE_DIR,
-            public_keys=keys.published_public_keys,
-            policy=make_policy(self.config.config.adapter_cache.gpu_hot.eviction_policy),
-            limits=Limits.from_config(self.config.config),
-            on_integrity_failure=self.trust.integrity_failure,
-            on_evict=count_eviction,
-            on_load=lambda tier, ms: metrics.load_latency.labels(source_tier=tier).observe(ms),
-        )
-        self.config.apply_to(self.cache)
+        self.cache = self._cache()
         self.admission = Admission(
             max_concurrent=settings.LORAHUB_NODE_MAX_CONCURRENT,
             max_queue=settings.LORAHUB_NODE_MAX_QUEUE,
@@ -112,22 +97,7 @@ class Node:
             metrics=metrics,
             stats=stats,
         )
-        self.requests.shadows = Shadows(
-            admission=self.admission,
-            answer=self.requests.answer_shadow,
-            stats=stats,
-            metrics=metrics,
-            background=self.background,
-            budget_share=settings.LORAHUB_SHADOW_BUDGET_PERCENT / 100,
-        )
-        # a copy starts only while callers hold at most LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT
-        # of the generation slots (bench/shadow.py: beside a busier batch, copies slowed
-        # callers' p95 TTFT on the CPU engine)
-        busy_below = settings.LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT / 100
-        self.requests.shadow_headroom = max(
-            self.requests.shadows.budget,
-            self.admission.max_concurrent - max(1, int(self.admission.max_concurrent * busy_below)),
-        )
+        self._add_shadows()
         self.internal = InternalApi(
             engine=self.engine,
             lookups=self.lookups,
@@ -152,6 +122,45 @@ class Node:
             on_begin=self._engine_changed.set,
         )
         self._engine_start: asyncio.Future | None = None  # the engine's start, in a thread
+
+    def _cache(self) -> CacheManager:
+        metrics, stats = self.metrics, self.stats
+
+        def count_eviction(tier: str, tenant_id: int | None = None) -> None:
+            metrics.evictions.labels(tier=tier).inc()
+            stats.count_eviction(tier, tenant_id)
+
+        cache = CacheManager(
+            engine=self.engine,
+            store=get_store(),
+            root=settings.LORAHUB_NODE_CACHE_DIR,
+            public_keys=keys.published_public_keys,
+            policy=make_policy(self.config.config.adapter_cache.gpu_hot.eviction_policy),
+            limits=Limits.from_config(self.config.config),
+            on_integrity_failure=self.trust.integrity_failure,
+            on_evict=count_eviction,
+            on_load=lambda tier, ms: metrics.load_latency.labels(source_tier=tier).observe(ms),
+        )
+        self.config.apply_to(cache)
+        return cache
+
+    def _add_shadows(self) -> None:
+        """Shadow copies, on spare capacity: a copy starts only while callers hold at most
+        LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT of the generation slots (bench/shadow.py:
+        beside a busier batch, copies slowed callers' p95 TTFT on the CPU engine)."""
+        self.requests.shadows = Shadows(
+            admission=self.admission,
+            answer=self.requests.answer_shadow,
+            stats=self.stats,
+            metrics=self.metrics,
+            background=self.background,
+            budget_share=settings.LORAHUB_SHADOW_BUDGET_PERCENT / 100,
+        )
+        busy_below = settings.LORAHUB_SHADOW_WHILE_BUSY_BELOW_PERCENT / 100
+        slots = self.admission.max_concurrent
+        self.requests.shadow_headroom = max(
+            self.requests.shadows.budget, slots - max(1, int(slots * busy_below))
+        )
 
     # --- the node registry ---------------------------------------------------------------
 

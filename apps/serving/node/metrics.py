@@ -22,7 +22,15 @@ TIERS = ("L1", "L2", "L3", "L4", "base")
 class NodeMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        self._cache_metrics(self.registry)
+        self._request_metrics(self.registry)
+        self._node_metrics(self.registry)
+        self._lock = threading.Lock()
+        self._adapter_labels: set[tuple[str, str]] = set()
+        self._tenant_labels: set[str] = set()
+        self._tier_counts = dict.fromkeys(TIERS, 0)
+
+    def _cache_metrics(self, r: CollectorRegistry) -> None:
         self.cache_lookups = Counter(
             "adapter_cache_lookups",
             "Adapter requests by the tier that answered them",
@@ -59,6 +67,8 @@ class NodeMetrics:
             ["tenant"],
             registry=r,
         )
+
+    def _request_metrics(self, r: CollectorRegistry) -> None:
         self.ttft = Histogram(
             "ttft_by_adapter",
             "Time to first token (ms)",
@@ -105,6 +115,8 @@ class NodeMetrics:
             "Requests refused with 503 because the node was full",
             registry=r,
         )
+
+    def _node_metrics(self, r: CollectorRegistry) -> None:
         self.integrity_failures = Counter(
             "adapter_integrity_failures",
             "Adapter files that failed their seal (L3, replaced) or signed manifest "
@@ -142,10 +154,6 @@ class NodeMetrics:
             "Request statistics recorded but not written yet (the database is slow or away)",
             registry=r,
         )
-        self._lock = threading.Lock()
-        self._adapter_labels: set[tuple[str, str]] = set()
-        self._tenant_labels: set[str] = set()
-        self._tier_counts = dict.fromkeys(TIERS, 0)
 
     def labels_for(self, tenant: str, adapter: str) -> tuple[str, str]:
         """Bounded (tenant, adapter) labels: see the module docstring."""

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from apps.registry import aliases, services
+from apps.registry import aliases, review, services
 from apps.registry.choices import VersionState
 from apps.registry.models import AdapterVersion
 from apps.tenants import services as tenant_services
@@ -57,7 +57,7 @@ def publish_folder(tenant, owner, reviewer, adapter_id, version, folder) -> Adap
     if existing.state == VersionState.VALIDATING:
         existing = services.validate_version(version_id=existing.pk)
     if existing.state == VersionState.PENDING_REVIEW:
-        existing = services.approve_version(
+        existing = review.approve_version(
             version_id=existing.pk, principal=reviewer, note="demo seed"
         )
     return existing

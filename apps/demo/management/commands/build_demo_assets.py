@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from apps.serving import demo_assets
+from apps.demo import assets as demo_assets
 
 
 class Command(BaseCommand):

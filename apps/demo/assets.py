@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from apps.serving import demo_corpus as corpus
+from apps.demo import corpus
 
 logger = logging.getLogger(__name__)
 

@@ -55,37 +55,7 @@ class Command(BaseCommand):
         env.setdefault("LORAHUB_INTERNAL_TOKEN", secrets.token_urlsafe(32))
         if nodes > 1:
             env["LORAHUB_ROUTER_INTERNAL_URL"] = f"http://127.0.0.1:{router_internal_port}"
-        commands = {
-            "console": [
-                python,
-                "-m",
-                "uvicorn",
-                "lorahub.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(console_port),
-                # the caller's address is read by lorahub/addresses.py alone
-                "--no-proxy-headers",
-            ],
-            "worker": [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "lorahub",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                # the periodic jobs (the stale-validation sweep): one worker here, so it may
-                # carry the scheduler; production runs `celery -A lorahub beat` once
-                "--beat",
-                "--schedule",
-                str(settings.VAR_DIR / "celerybeat-schedule"),
-            ],
-        }
+        commands = self._control_plane(python, console_port)
         node_envs: dict[str, dict[str, str]] = {}
         backends = []
         for i in range(nodes):
@@ -126,22 +96,7 @@ class Command(BaseCommand):
             # the children in order (SIGTERM: the node drains requests and shuts the engine
             # down). A child that exits is restarted with a backoff; the others keep running.
             supervisor.start_all()
-            lines = [
-                "",
-                "lorahub is starting:",
-                f"  console        http://127.0.0.1:{console_port}/",
-                f"  REST API docs  http://127.0.0.1:{console_port}/api/docs",
-            ]
-            for backend in backends:
-                lines.append(
-                    f"  serving node   {backend.url}/healthz ({backend.name}; 503 until its "
-                    "engine is ready, ~30 s)"
-                )
-            if nodes > 1:
-                lines.append(
-                    f"  inference      http://127.0.0.1:{router_port}/v1/ (HAProxy, routed by "
-                    "API key and model)"
-                )
+            lines = self._banner(console_port, backends, nodes, router_port)
             self.stdout.write("\n".join([*lines, "Ctrl-C stops everything.", ""]))
             supervisor.run()
         except KeyboardInterrupt:
@@ -153,3 +108,60 @@ class Command(BaseCommand):
                 + settings.LORAHUB_NODE_DRAIN_TIMEOUT_S
                 + 30
             )
+
+    @staticmethod
+    def _control_plane(python: str, console_port: int) -> dict[str, list[str]]:
+        """The console and the worker (with the beat)."""
+        return {
+            "console": [
+                python,
+                "-m",
+                "uvicorn",
+                "lorahub.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(console_port),
+                # the caller's address is read by lorahub/addresses.py alone
+                "--no-proxy-headers",
+            ],
+            "worker": [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "lorahub",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                # the periodic jobs (the stale-validation sweep): one worker here, so it may
+                # carry the scheduler; production runs `celery -A lorahub beat` once
+                "--beat",
+                "--schedule",
+                str(settings.VAR_DIR / "celerybeat-schedule"),
+            ],
+        }
+
+    @staticmethod
+    def _banner(
+        console_port: int, backends: list[haproxy.Backend], nodes: int, router_port: int
+    ) -> list[str]:
+        lines = [
+            "",
+            "lorahub is starting:",
+            f"  console        http://127.0.0.1:{console_port}/",
+            f"  REST API docs  http://127.0.0.1:{console_port}/api/docs",
+        ]
+        for backend in backends:
+            lines.append(
+                f"  serving node   {backend.url}/healthz ({backend.name}; 503 until its "
+                "engine is ready, ~30 s)"
+            )
+        if nodes > 1:
+            lines.append(
+                f"  inference      http://127.0.0.1:{router_port}/v1/ (HAProxy, routed by "
+                "API key and model)"
+            )
+        return lines
