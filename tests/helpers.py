@@ -255,7 +255,7 @@ def node_metric(url: str, name: str, **labels: str) -> float:
     the internal token, parsed by prometheus_client's own parser)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.conftest import NODE_INTERNAL_TOKEN  # (conftest imports this module)
+    from tests.harness.processes import NODE_INTERNAL_TOKEN
 
     text = httpx.get(
         f"{url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"}

@@ -21,7 +21,8 @@ import httpx
 import pytest
 from django.conf import settings
 
-from tests.conftest import ROOT, free_port
+from tests.harness.processes import ROOT
+from tests.harness.waiting import free_port
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 

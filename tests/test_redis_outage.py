@@ -19,9 +19,9 @@ from apps.registry.models import AdapterVersion
 from apps.registry.storage import get_store
 from apps.serving.models import ReplayRun
 from apps.tenants.models import AuditEvent
-from tests.conftest import start_worker, stop
+from tests.harness.processes import start_worker, stop
 from tests.helpers import files_of, key_client, upload, user_client, wait_validated
-from tests.serving.test_replay_console import SMALL
+from tests.serving.replay.specs import SMALL
 
 # it stops the machine's Redis: `make test` runs it alone, after the other lanes
 pytestmark = pytest.mark.outage

@@ -9,9 +9,9 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 
 from apps.fleet import node_client, node_registry, quarantine, services
-from apps.tenants.auth import API_AUTH, Principal
+from apps.tenants.auth import OPERATOR_AUTH, Principal
 
-router = Router(tags=["nodes"], auth=API_AUTH)
+router = Router(tags=["nodes"], auth=OPERATOR_AUTH)
 
 
 def _operator(request: HttpRequest) -> Principal:

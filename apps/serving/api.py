@@ -8,10 +8,10 @@ from django.http import HttpRequest
 from ninja import Router
 
 from apps.serving import config
-from apps.tenants.auth import API_AUTH, Principal
+from apps.tenants.auth import OPERATOR_AUTH, Principal
 from apps.tenants.errors import Invalid
 
-router = Router(tags=["cache"], auth=API_AUTH)
+router = Router(tags=["cache"], auth=OPERATOR_AUTH)
 
 
 def _operator(request: HttpRequest) -> Principal:

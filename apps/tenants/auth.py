@@ -170,3 +170,25 @@ class SessionAuth(NinjaSessionAuth):
 
 
 API_AUTH = [ApiKeyAuth(), SessionAuth()]
+
+
+class _OperatorsOnly:
+    """Refuses (403) a caller who is not an operator before anything of the request is read:
+    an operator endpoint must not tell a tenant what is wrong with a body it may not send."""
+
+    def authenticate(self, request: HttpRequest, *args) -> Principal | None:
+        principal = super().authenticate(request, *args)  # type: ignore[misc]
+        if principal is not None:
+            principal.require_operator()
+        return principal
+
+
+class OperatorApiKeyAuth(_OperatorsOnly, ApiKeyAuth):
+    pass
+
+
+class OperatorSessionAuth(_OperatorsOnly, SessionAuth):
+    pass
+
+
+OPERATOR_AUTH = [OperatorApiKeyAuth(), OperatorSessionAuth()]

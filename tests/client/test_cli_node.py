@@ -13,7 +13,7 @@ from pydantic import TypeAdapter
 
 from apps.demo import corpus
 from apps.tenants import services as tenant_services
-from tests.evaluations.test_sets import thank_you_cases
+from tests.evaluations.sets import thank_you_cases
 
 pytestmark = pytest.mark.engine
 QUESTION = corpus.UNSEEN_PROMPTS[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.harness.processes import ROOT
 
 PLATFORM_MODULES = ("django", "celery", "torch", "vllm", "ninja", "apps", "lorahub")
 

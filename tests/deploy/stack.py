@@ -13,11 +13,11 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tests.harness.waiting import free_port
+from tests.harness.waiting import wait_until as harness_wait_until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 DEPLOY = ROOT / "deploy"
@@ -68,22 +71,11 @@ def timed(name: str, fn: Callable[[], object]) -> object:
     return result
 
 
-def wait_until(check: Callable[[], object], what: str, timeout: float, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError, RuntimeError):
-            last = check()
-            if last:
-                return last
-        time.sleep(every)
-    raise AssertionError(f"waited {timeout:.0f} s for {what}; last saw {last!r}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# the stack answers slowly and drops connections while it starts: a check that fails that way
+# has not passed yet
+wait_until = functools.partial(
+    harness_wait_until, every=1.0, ignore=(httpx.HTTPError, RuntimeError)
+)
 
 
 # --- the machine --------------------------------------------------------------------------

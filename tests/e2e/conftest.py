@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import NODE_INTERNAL_TOKEN
+from tests.harness.processes import NODE_INTERNAL_TOKEN
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
 # between browser steps are plain synchronous calls all the same.

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
-from tests.evaluations.test_sets import jsonl, thank_you_cases, upload
+from tests.evaluations.sets import jsonl, thank_you_cases, upload
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.browser

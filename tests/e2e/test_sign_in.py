@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import socket
 import subprocess
 import time
 from base64 import b32decode
@@ -23,17 +22,12 @@ from apps.tenants import oidc
 from apps.tenants.models import AuditEvent, ExternalIdentity, Membership
 from apps.tenants.services import platform_roles
 from tests.e2e.conftest import PASSWORDS
+from tests.harness.waiting import free_port
 
 pytestmark = pytest.mark.browser
 
 PROVIDER_DIR = Path(__file__).resolve().parents[1] / "oidc" / "provider"
 ROLES = "lorahub-operators=operator, lorahub-reviewers=reviewer, a-admins=admin:tenant-a"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Provider:

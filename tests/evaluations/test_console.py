@@ -9,7 +9,7 @@ from apps.evaluations import services
 from apps.evaluations.cases import Case
 from apps.evaluations.models import EvaluationCaseResult, EvaluationRun
 from apps.telemetry import quality
-from tests.evaluations.test_sets import GOOD, jsonl, upload
+from tests.evaluations.sets import GOOD, jsonl, upload
 from tests.helpers import key_client, user_client
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from apps.demo import corpus
-from tests.evaluations.test_sets import jsonl, thank_you_cases, upload
+from tests.evaluations.sets import jsonl, thank_you_cases, upload
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.engine

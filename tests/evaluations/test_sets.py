@@ -3,43 +3,13 @@ problem, nothing stored), kept as immutable revisions, judged by their expectati
 
 from __future__ import annotations
 
-import io
-import json
-
 import pytest
 
 from apps.evaluations import cases as evaluation
 from apps.evaluations.models import EvaluationRun, EvaluationSet, EvaluationSetRevision
 from apps.tenants.models import AuditEvent
+from tests.evaluations.sets import GOOD, jsonl, upload
 from tests.helpers import key_client
-
-GOOD = [
-    {"id": "thanks", "prompt": "Question: my invoice\nAnswer:", "expect": {"contains": "Thank"}},
-    {"messages": [{"role": "user", "content": "hello"}], "params": {"max_tokens": 8}},
-    {"prompt": "x", "expect": {"regex": "^[A-Z]", "not_contains": ["sorry", "cannot"]}},
-    {"prompt": "y", "expect": {"json_schema": {"type": "object", "required": ["a"]}}},
-]
-
-
-def thank_you_cases(count: int) -> list[dict]:
-    """Demo prompts whose set expects support-v1's phrase ("Thank you for contacting
-    support."): support-v1's weights pass, support-v2's ("Hello from the helpdesk team!")
-    fail."""
-    from apps.demo import corpus
-
-    return [
-        {
-            "id": f"q{i}",
-            "prompt": corpus.completion_prompt(question),
-            "params": {"max_tokens": 12},
-            "expect": {"contains": "Thank you"},
-        }
-        for i, question in enumerate(corpus.UNSEEN_PROMPTS[:count])
-    ]
-
-
-def jsonl(*cases) -> bytes:
-    return "\n".join(c if isinstance(c, str) else json.dumps(c) for c in cases).encode()
 
 
 @pytest.mark.parametrize(
@@ -87,12 +57,6 @@ def test_cases_get_greedy_defaults_and_expectations_judge_answers():
     assert evaluation.judge(parsed[3], '{"a": 1}') == {"json_schema": True}
     assert evaluation.judge(parsed[3], '{"b": 1}') == {"json_schema": False}
     assert evaluation.judge(parsed[3], "not json") == {"json_schema": False}
-
-
-def upload(client, body: bytes, name: str = "smoke", adapter: str = "support"):
-    handle = io.BytesIO(body)
-    handle.name = "cases.jsonl"
-    return client.post(f"/api/adapters/{adapter}/evaluation-sets/{name}", {"file": handle})
 
 
 def test_sets_are_stored_as_immutable_revisions_and_audited(tenant_a, support_versions):

@@ -11,15 +11,14 @@ from apps.registry import aliases, keys, storage
 from apps.registry.models import AdapterVersion, Alias
 from apps.tenants.auth import principal_for_user
 from apps.tenants.models import ApiKey, Quota
-from tests.conftest import (
-    empty_the_bucket,
+from tests.harness.s3 import empty_the_bucket, s3_overrides
+from tests.helpers import files_of, key_client, user_client
+from tests.personas import (
     make_reviewer,
     make_tenant_a,
     publish_support_versions,
     register_demo_base_model,
-    s3_overrides,
 )
-from tests.helpers import files_of, key_client, user_client
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.registry import services, tasks
 from apps.registry.models import AdapterVersion
 from apps.tenants.models import AuditEvent
-from tests.conftest import start_worker, stop
+from tests.harness.processes import start_worker, stop
 from tests.helpers import files_of, key_client, upload, wait_validated
 
 

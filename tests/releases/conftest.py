@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from apps.demo import corpus
-from tests.conftest import NODE_INTERNAL_TOKEN
+from tests.harness.processes import NODE_INTERNAL_TOKEN
 
 QUESTION = corpus.UNSEEN_PROMPTS[1]
 

@@ -15,7 +15,7 @@ from apps.demo import corpus
 from apps.registry.models import AliasEvent
 from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
-from tests.evaluations.test_sets import thank_you_cases
+from tests.evaluations.sets import thank_you_cases
 from tests.helpers import user_client
 from tests.releases.conftest import Traffic, event_of, followed, inject, node_cache, timeline
 
@@ -66,7 +66,7 @@ def at(event: dict) -> float:
 def test_a_candidate_with_the_stable_weights_goes_through_every_step_and_is_promoted(stack):
     alice, versions = stack["alice"], stack["versions"]
     cases = json.dumps(thank_you_cases(1)[0]).encode()
-    from tests.evaluations.test_sets import upload
+    from tests.evaluations.sets import upload
 
     assert upload(alice, cases, name="thanks").status_code == 201
     plan = {
@@ -110,7 +110,7 @@ def test_a_candidate_with_the_stable_weights_goes_through_every_step_and_is_prom
 
 def test_rollbacks_at_evaluation_and_in_the_canary_and_the_manual_controls(stack):
     alice, versions, url = stack["alice"], stack["versions"], stack["url"]
-    from tests.evaluations.test_sets import upload
+    from tests.evaluations.sets import upload
 
     assert (
         upload(alice, json.dumps(thank_you_cases(1)[0]).encode(), name="thanks").status_code == 201
@@ -211,7 +211,7 @@ def test_a_release_continues_after_its_worker_is_killed_and_its_node_restarts(
     recorded step. Then the serving node restarts mid-canary: the release waits for traffic
     and continues. Exactly one promotion, and each step entered once."""
     from lorahub.celery import app
-    from tests.conftest import start_worker, stop
+    from tests.harness.processes import start_worker, stop
 
     alice, versions, url = stack["alice"], stack["versions"], stack["url"]
     plan = {

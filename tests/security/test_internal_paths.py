@@ -18,7 +18,7 @@ from starlette.requests import Request
 
 from apps.fleet import haproxy
 from apps.serving.node.internal_api import from_internal_network
-from tests.conftest import free_port
+from tests.harness.waiting import free_port
 
 
 class Backend:

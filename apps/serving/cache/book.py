@@ -17,7 +17,7 @@ placement is one of its methods, and each returns what to do rather than doing i
 Two callers carry the decisions out: the node's cache manager (``manager.py``) against vLLM,
 the local disk and the registry, on the monotonic clock; and the replay
 (``replay/simulate.py``) against load costs, on the virtual clock of its event loop. So a
-replay decides as the node does (``tests/serving/cache/test_replay_equivalence.py`` compares
+replay decides as the node does (``tests/serving/replay/test_replay_equivalence.py`` compares
 them request by request, under every policy).
 """
 

@@ -17,7 +17,7 @@ it logs that and patches nothing, so this module can then be deleted with its en
 
 vLLM loads this in every engine process through the ``vllm.general_plugins`` entry point that
 ``pyproject.toml`` declares; loading twice is harmless. It changes nothing on other platforms.
-``tests/serving/test_engine.py`` has the test that fails without it.
+``tests/serving/node/test_engine.py`` has the test that fails without it.
 """
 
 from __future__ import annotations

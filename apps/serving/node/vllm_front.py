@@ -21,7 +21,7 @@ The overrides and the module paths above are vLLM's internals, not its API: they
 release line ``TESTED_VLLM`` (pinned in ``pyproject.toml`` for both the CPU and the GPU
 build). ``contract_problems`` lists what a different vLLM changed; the engine refuses to start
 on one (naming the version and what changed) rather than serve through a layer it does not
-know, and ``tests/serving/test_vllm_contract.py`` fails on it.
+know, and ``tests/serving/node/test_vllm_contract.py`` fails on it.
 """
 
 from __future__ import annotations

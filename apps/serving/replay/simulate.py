@@ -5,7 +5,7 @@ records, ``EngineTiers``, the disk index, the policy object and ``select_victims
 node's cache manager (``cache/manager.py``) does, with the clock set to each event's time. A
 replay of the node's request log reports the tiers the node reported (a test checks it on a
 real node's log), and the same requests through the manager and through the replay give the
-same decisions under every policy (``tests/serving/cache/test_replay_equivalence.py``).
+same decisions under every policy (``tests/serving/replay/test_replay_equivalence.py``).
 
 ``Replay`` is an event loop. Its events, in time order: a request arrives (``_arrive``); a
 load finishes (the version stops being protected as one loading); a request ends (it lets go

@@ -9,7 +9,7 @@ import pytest
 from apps.demo import assets as demo_assets
 from apps.demo import corpus
 from apps.serving.node.engine import AdapterHandle
-from tests.serving import engine_path
+from tests.serving.node import engine_path
 
 
 def test_a_second_build_leaves_the_finished_build_alone(demo_dir):

@@ -18,21 +18,11 @@ from apps.registry.models import AdapterVersion
 from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
-from tests.conftest import NODE_INTERNAL_TOKEN
+from tests.harness.processes import NODE_INTERNAL_TOKEN
 from tests.helpers import node_metric, publish, stream_completion, user_client
+from tests.serving.node.calls import PROMPT, QUESTION, V1, V2, complete, internal
 
 pytestmark = pytest.mark.engine
-
-QUESTION = corpus.UNSEEN_PROMPTS[1]
-PROMPT = corpus.completion_prompt(QUESTION)
-V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
-
-
-def complete(client, model="support", user=None, prompt=PROMPT):
-    raw = client.completions.with_raw_response.create(
-        model=model, prompt=prompt, max_tokens=12, temperature=0, user=user or openai.NOT_GIVEN
-    )
-    return raw.parse().choices[0].text.strip(), raw.headers
 
 
 def serves_within(client, phrase: str, seconds: float = 10.0) -> float:
@@ -446,13 +436,6 @@ def _parses(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def internal(world, path, body=None, token=NODE_INTERNAL_TOKEN):
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    if body is None:
-        return httpx.get(f"{world['url']}/internal/{path}", headers=headers, timeout=60)
-    return httpx.post(f"{world['url']}/internal/{path}", json=body, headers=headers, timeout=60)
 
 
 def test_keys_and_tokens_never_reach_the_logs(world, node_work, tenant_a, caplog):

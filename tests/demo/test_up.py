@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -20,25 +19,17 @@ import psutil
 import pytest
 
 from lorahub.supervise import group_alive
-from tests.conftest import (
+from tests.harness.processes import (
     NODE_CACHE_CONFIG,
     NODE_INTERNAL_TOKEN,
     ROOT,
     S3_ENV,
     NodeProcess,
     child_database_url,
-    free_port,
 )
+from tests.harness.waiting import free_port, wait_until
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
-
-
-def wait_until(condition, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {timeout:.0f} s for {what}")
-        time.sleep(0.2)
 
 
 def ready(url: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.conftest import NODE_CACHE_CONFIG
+from tests.harness.processes import NODE_CACHE_CONFIG
 
 pytestmark = pytest.mark.engine
 

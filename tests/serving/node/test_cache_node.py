@@ -25,7 +25,7 @@ from apps.serving.models import CacheSettings
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
 from apps.tenants.events import publish_change
-from tests.conftest import NODE_INTERNAL_TOKEN
+from tests.harness.processes import NODE_INTERNAL_TOKEN
 from tests.helpers import key_client, node_metric, publish, user_client
 
 pytestmark = pytest.mark.engine

@@ -26,7 +26,8 @@ from apps.fleet.haproxy import Backend, render
 from apps.fleet.models import ServingNode
 from apps.tenants import services as tenant_services
 from apps.tenants.models import ApiKey
-from tests.conftest import NODE_INTERNAL_TOKEN, NodeProcess, free_port, stop, wait_for_port
+from tests.harness.processes import NODE_INTERNAL_TOKEN, NodeProcess, stop
+from tests.harness.waiting import free_port, wait_for_port, wait_until
 from tests.helpers import stream_completion, user_client
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
@@ -135,18 +136,6 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
         with concurrent.futures.ThreadPoolExecutor() as pool:  # each drains its engine
             left = dict(zip(nodes, pool.map(NodeProcess.stop, nodes.values()), strict=True))
     assert not any(left.values()), f"processes outlived their node: {left}"
-
-
-def wait_until(check, what: str, timeout: float = 30.0, every: float = 0.1, on_timeout=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            seen = f"; last seen: {on_timeout()}" if on_timeout else ""
-            pytest.fail(f"waited {timeout:.0f} s for {what}{seen}")
-        time.sleep(every)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Quarantine records: opened once per node, listed for operators, lifted only with a reason
 (the lift's re-verification against the registry is exercised on a real node in
-tests/serving/test_node_api.py)."""
+tests/serving/node/test_node_api.py)."""
 
 from __future__ import annotations
 

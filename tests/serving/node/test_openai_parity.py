@@ -22,7 +22,8 @@ from django.test import Client
 from apps.demo import corpus
 from apps.serving.node.engine import EngineSettings
 from apps.tenants import services as tenant_services
-from tests.conftest import free_port, stop
+from tests.harness.processes import stop
+from tests.harness.waiting import free_port
 
 pytestmark = pytest.mark.engine
 

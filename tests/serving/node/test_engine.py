@@ -1,5 +1,5 @@
 """The real vLLM engine on the demo model, driven the way production requests drive it (vLLM's
-OpenAI serving classes behind the node's front, ``tests/serving/engine_path.py``): adapters
+OpenAI serving classes behind the node's front, ``tests/serving/node/engine_path.py``): adapters
 change the output as trained, generation is deterministic, vLLM's LoRA math matches
 transformers+peft, mixed batches are correct, and a stream says what the whole answer says."""
 
@@ -10,7 +10,7 @@ import pytest
 from apps.demo import corpus
 from apps.demo.assets import DEMO_ADAPTERS, greedy_reference
 from apps.serving.node.engine import AdapterHandle
-from tests.serving import engine_path
+from tests.serving.node import engine_path
 
 pytestmark = pytest.mark.engine
 

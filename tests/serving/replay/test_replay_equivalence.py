@@ -28,7 +28,7 @@ from apps.serving.cache.policies import POLICIES, make_policy
 from apps.serving.replay.simulate import Capacity, Costs, VirtualClock, simulate
 from apps.serving.replay.traces import Adapter, Trace
 from tests.helpers import signed_version
-from tests.serving.test_cache_manager import StandInEngine
+from tests.serving.cache.stand_in import StandInEngine
 
 FREE = Costs(base_ttft_ms=0, l2_ms=0, l3_ms=0, l3_ms_per_mb=0, l4_ms=0, l4_ms_per_mb=0)
 # Two tenants' adapters; A and B popular, the rest passing through two device slots, three

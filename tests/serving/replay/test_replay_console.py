@@ -13,24 +13,7 @@ from apps.serving.replay.run import Spec
 from apps.serving.replay_views import ReplayForm
 from apps.tenants.models import AuditEvent
 from tests.helpers import user_client
-
-SMALL = {
-    "source": "shift",
-    "since_hours": "24",
-    "alpha": "1.0",
-    "drift": "0.2",
-    "adapters": "200",
-    "tenants": "5",
-    "sizes": "uniform",
-    "seed": "3",
-    "requests": "3000",
-    "policies": ["weighted", "lru", "lfu"],
-    "l1": "4",
-    "l2": "12",
-    "l2_gb": "0",
-    "l3_gb": "0",
-    "sweep": "on",
-}
+from tests.serving.replay.specs import SMALL
 
 
 def wait_until_finished(run_id: int, seconds: float = 60) -> ReplayRun:

@@ -12,7 +12,7 @@ from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.telemetry.models import ShadowExample, ShadowMinute
 from tests.helpers import node_metric
-from tests.serving.test_node_api import PROMPT, V1, V2, complete, internal
+from tests.serving.node.calls import PROMPT, V1, V2, complete, internal
 
 pytestmark = pytest.mark.engine
 

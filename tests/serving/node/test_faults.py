@@ -19,15 +19,14 @@ import redis as redis_client
 from apps.demo import corpus
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
-from tests.conftest import (
+from tests.harness.processes import (
     NODE_CACHE_CONFIG,
     NODE_INTERNAL_TOKEN,
     S3_ENV,
     NodeProcess,
-    free_port,
     stop,
-    wait_for_port,
 )
+from tests.harness.waiting import free_port, wait_for_port
 from tests.helpers import node_metric, publish
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes, pytest.mark.faults]
