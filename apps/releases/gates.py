@@ -162,7 +162,7 @@ def canary(release: Release, plan: Plan, now: datetime) -> tuple[list[Gate], str
             candidate.marker_rate if enough else None,
             "<=",
             (baseline.marker_rate or 0.0) + plan.canary_max_marker_increase,
-            "answers cut, empty, refused or invalid JSON; baseline "
+            "answers cut, empty or invalid JSON, of the answered requests; baseline "
             f"{baseline.marker_rate or 0:.3f} + δ"
             if enough
             else waiting,

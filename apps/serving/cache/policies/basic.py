@@ -73,9 +73,9 @@ class Scales:
 
 @dataclass
 class Linear(Policy):
-    """The seed's formula, literally: a weighted sum over *normalised* factors (the default
-    until the replay of issue 10 showed it barely beats LRU: it adds idle minutes to hit
-    counts, so an adapter used every minute for an hour loses to one used twice just now).
+    """The seed's formula, literally: a weighted sum over *normalised* factors. Selectable, not
+    the default: the replay shows it barely beats LRU (it adds idle minutes to hit counts, so
+    an adapter used every minute for an hour loses to one used twice just now).
 
     Raw units make the weights meaningless (megabytes and milliseconds swamp minutes and
     hits: a replay of the Azure trace with raw units kept large, costly, idle adapters and
