@@ -39,11 +39,11 @@ run: $(STAMP)
 	@if [ "$(NODES)" -gt 1 ]; then $(MAKE) --no-print-directory haproxy; fi
 	$(PY) manage.py up --nodes $(NODES)
 
-# Every test runs once, in five lanes at once, each on its own test database, Redis database
+# Every test runs once, in four lanes at once, each on its own test database, Redis database
 # and alias-change channel: the control plane's tests (in a virtualenv without vLLM or torch,
 # which proves they need neither), the engine tests that start nodes of their own, the node
-# fault drills with the in-process engine's tests, the rest around the session's node, and the
-# compose stack; then the tests that stop PostgreSQL or Redis, alone (tools/run_tests.py). The suite waits
+# fault drills with the in-process engine's tests, and the rest around the session's node;
+# then the tests that stop PostgreSQL or Redis, alone (tools/run_tests.py). The suite waits
 # more than it computes (engines starting, nodes healing): 13-18 minutes on the CI machines so
 # far, where the serial halves took 23-25. pytest's exit status 5 (nothing selected, e.g.
 # PYTEST_ARGS naming only engine tests) fails no lane.

@@ -2,7 +2,7 @@
 alone.
 
 The suite waits more than it computes (a CI run kept 0.64 of its 2 cores busy over 25 minutes:
-engines starting, nodes restarting, polling for a worker), so five pytest processes share the
+engines starting, nodes restarting, polling for a worker), so four pytest processes share the
 machine:
 
 - **control plane**: the tests that need neither vLLM nor a browser, in the control plane's
@@ -14,12 +14,12 @@ machine:
   they get a lane rather than lengthening the one above; beside them the tests of the
   in-process engine, which need no serving node (marker ``in_process_engine``, set by
   ``tests/conftest.py``);
-- **session node**: the other engine and browser tests, around the session's node;
-- **deploy**: the compose stack with its two engines, built from the images (``tests/deploy/``).
+- **session node**: the other engine and browser tests, around the session's node.
 
 Each lane has its own test database, Redis database and alias-change channel, so no lane sees
 another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop PostgreSQL or Redis
-for every process on the machine, run alone.
+for every process on the machine, run alone; last, the ``deploy`` test, which builds the images
+and runs the compose stack with its two engines (``tests/deploy/``).
 
 Each lane's output goes to ``var/test-logs/<lane>.log`` and is printed whole when the lane
 ends. Arguments after ``--`` go to every pytest (``make test PYTEST_ARGS=...``); a lane that
@@ -98,13 +98,14 @@ def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
             "lorahub",
             15,
         ),
-        # the compose stack, in containers of its own: it waits for its engines as the lanes
-        # above wait for theirs, so it runs beside them rather than after them
-        Lane("deploy", cp, "deploy", "lorahub_deploy", 11),
     ]
     alone = [
         Lane("outages control plane", cp, f"outage and {control}", "lorahub_cp", 13),
         Lane("outages engine", py, f"outage and {engine}", "lorahub", 15),
+        # the compose stack: its own containers, but two engines need the machine's cores (run
+        # beside the lanes, its engines slowed the session node's engine restart past its
+        # deadline: tests/serving/node/test_node_api.py failed)
+        Lane("deploy", cp, "deploy", "lorahub_deploy", 11),
     ]
     return together, alone
 
@@ -163,7 +164,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs the `finally` above
     started = time.monotonic()
     ok = run(together, args)
-    for lane in alone:  # one at a time: each stops a service every other lane uses
+    for lane in alone:  # one at a time: each stops a service the other uses, or needs the CPUs
         ok = run([lane], args) and ok
     print(f"=== all lanes: {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s")
     return 0 if ok else 1
