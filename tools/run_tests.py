@@ -14,12 +14,14 @@ machine:
   they get a lane rather than lengthening the one above; beside them the tests of the
   in-process engine, which need no serving node (marker ``in_process_engine``, set by
   ``tests/conftest.py``);
-- **session node**: the other engine and browser tests, around the session's node.
+- **session node**: the other engine and browser tests, around the session's node;
+- **deploy**: the ``deploy`` tests, which build the images and run the compose stack with its
+  two engines (``tests/deploy/``); it starts once the control plane's lane and the drills have
+  ended, beside the two lanes still running.
 
 Each lane has its own test database, Redis database and alias-change channel, so no lane sees
 another's rows, tasks or broadcasts. Then the ``outage`` tests, which stop PostgreSQL or Redis
-for every process on the machine, run alone; last, the ``deploy`` test, which builds the images
-and runs the compose stack with its two engines (``tests/deploy/``).
+for every process on the machine, run alone.
 
 Each lane's output goes to ``var/test-logs/<lane>.log`` and is printed whole when the lane
 ends. Arguments after ``--`` go to every pytest (``make test PYTEST_ARGS=...``); a lane that
@@ -50,6 +52,8 @@ class Lane:
     marks: str
     database: str  # PostgreSQL database (pytest-django adds test_)
     redis_db: int
+    # a lane that starts once these lanes have ended, beside the ones still running
+    after: tuple[str, ...] = ()
 
     @property
     def slug(self) -> str:
@@ -81,11 +85,12 @@ def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
     own = f"{engine} and own_nodes and not outage"
     # not own_nodes: a test of the in-process engine that also starts nodes runs with those
     in_process = f"{engine} and in_process_engine and not own_nodes and not outage"
+    control_plane, drills = "control plane", "drills and engine"
     together = [
-        Lane("control plane", cp, f"{control} and not outage", "lorahub_cp", 13),
+        Lane(control_plane, cp, f"{control} and not outage", "lorahub_cp", 13),
         Lane("own nodes", py, f"{own} and not faults", "lorahub_own", 14),
         Lane(
-            "drills and engine",
+            drills,
             py,
             f"({own} and faults) or ({in_process})",
             "lorahub_faults",
@@ -98,14 +103,16 @@ def lanes(cp: str, py: str) -> tuple[list[Lane], list[Lane]]:
             "lorahub",
             15,
         ),
+        # the compose stack: its own containers, but two engines that need the machine's
+        # cores. Started with the other lanes, its engines slowed the session node's engine
+        # restart past its deadline (tests/serving/node/test_node_api.py failed); after them
+        # all, it added its whole length to the run. It starts when the two lanes that end
+        # first have ended, beside the two that wait on engines more than they compute.
+        Lane("deploy", cp, "deploy", "lorahub_deploy", 11, after=(control_plane, drills)),
     ]
     alone = [
         Lane("outages control plane", cp, f"outage and {control}", "lorahub_cp", 13),
         Lane("outages engine", py, f"outage and {engine}", "lorahub", 15),
-        # the compose stack: its own containers, but two engines need the machine's cores (run
-        # beside the lanes, its engines slowed the session node's engine restart past its
-        # deadline: tests/serving/node/test_node_api.py failed)
-        Lane("deploy", cp, "deploy", "lorahub_deploy", 11),
     ]
     return together, alone
 
@@ -119,18 +126,28 @@ def report(lane: Lane, status: int, seconds: float) -> bool:
 
 
 def run(group: list[Lane], args: list[str]) -> bool:
-    """Start every lane of ``group``; report each as it ends; True if all passed."""
+    """Start every lane of ``group`` (each one named ``after`` others once those have ended);
+    report each as it ends; True if all passed."""
     started = time.monotonic()
-    running = {lane.name: (lane, lane.start(args)) for lane in group}
+    waiting = [lane for lane in group if lane.after]
+    running = {lane.name: (lane, lane.start(args)) for lane in group if not lane.after}
+    ended: set[str] = set()
     print(f"lanes running: {', '.join(running)} (output: {LOGS.relative_to(ROOT)}/)", flush=True)
     ok = True
     interrupted = False
     try:
-        while running:
+        while running or waiting:
             for name, (lane, proc) in list(running.items()):
                 if proc.poll() is not None:
                     del running[name]
+                    ended.add(name)
                     ok = report(lane, proc.returncode, time.monotonic() - started) and ok
+            for lane in [lane for lane in waiting if ended.issuperset(lane.after)]:
+                waiting.remove(lane)
+                running[lane.name] = (lane, lane.start(args))
+                print(
+                    f"lane '{lane.name}' started at {time.monotonic() - started:.0f} s", flush=True
+                )
             time.sleep(0.5)
     except KeyboardInterrupt:  # Ctrl-C reached every lane too: only wait for them
         interrupted = True
