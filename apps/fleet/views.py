@@ -32,6 +32,7 @@ from apps.tenants.console import (
 )
 from apps.tenants.errors import DomainError
 from apps.tenants.models import Tenant
+from apps.tenants.shares import weight_of
 
 
 def _residency(tenant_id: int) -> tuple[list[dict], list[str]]:
@@ -88,6 +89,7 @@ def quota(request: HttpRequest, slug: str) -> HttpResponse:
             "node_problems": problems,
             "priorities": Priority.choices,
             "fields": tenant_services.QUOTA_FIELDS,
+            "engine_weight": weight_of(tenant.priority, limits.engine_weight),
             "can_edit": principal.is_operator,
             "section": "quota",
         },

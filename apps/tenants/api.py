@@ -58,6 +58,7 @@ class QuotaSchema(Schema):
     max_versions_per_adapter: int
     max_upload_mb: int
     requests_per_minute: int
+    engine_weight: int
 
 
 class QuotaPatch(Schema):
@@ -68,6 +69,7 @@ class QuotaPatch(Schema):
     max_versions_per_adapter: int | None = None
     max_upload_mb: int | None = None
     requests_per_minute: int | None = None
+    engine_weight: int | None = None
 
 
 def visible_tenant(principal: Principal, slug: str) -> Tenant:

@@ -18,6 +18,7 @@ from apps.tenants.choices import PlatformRole, Priority, TenantRole
 from apps.tenants.errors import Conflict, Forbidden, Invalid, KeyExpired
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey, AuditEvent, Membership, Quota, Tenant
+from apps.tenants.shares import ENGINE_WEIGHT_RANGE
 
 KEY_PREFIX_LEN = 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -29,6 +30,7 @@ QUOTA_FIELDS = (
     "max_versions_per_adapter",
     "max_upload_mb",
     "requests_per_minute",
+    "engine_weight",
 )
 
 
@@ -248,6 +250,12 @@ def set_quota(*, tenant: Tenant, actor: AbstractBaseUser | None, **limits: int) 
             continue
         if not isinstance(value, int) or value < 0:
             raise Invalid(f"{field} must be a whole number of 0 or more, got {value!r}")
+        low, high = ENGINE_WEIGHT_RANGE
+        if field == "engine_weight" and not low <= value <= high:
+            raise Invalid(
+                f"engine_weight must be {low} to {high} (percent of the tier's share of the "
+                f"engine; 100 is the tier's own share), got {value}"
+            )
         if field == "max_warm_adapters" and value < 1:
             raise Invalid(
                 "max_warm_adapters must be at least 1: an adapter answers only while it is "

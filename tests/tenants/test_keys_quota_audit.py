@@ -146,3 +146,28 @@ def test_operators_see_every_event_and_tenant_admins_only_their_own(tenant_a, te
     assert tenants_seen == {"tenant-a", "tenant-b"}
     assert {e["tenant"] for e in login("alice").get("/api/audit").json()} == {"tenant-a"}
     assert login("alice").get("/api/audit?tenant=tenant-b").status_code == 404
+
+
+@pytest.mark.django_db
+def test_an_operator_sets_a_tenant_s_engine_weight_and_a_bad_one_is_refused(tenant_a, operator):
+    otto = login("otto")
+    for bad in (0, 10_001):
+        refused = otto.put(
+            "/api/tenants/tenant-a/quota", {"engine_weight": bad}, content_type="application/json"
+        )
+        assert refused.status_code == 422
+        assert "engine_weight must be 1 to 10000" in refused.json()["detail"]
+    assert otto.get("/api/tenants/tenant-a/quota").json()["engine_weight"] == 100  # unchanged
+    ok = otto.put(
+        "/api/tenants/tenant-a/quota", {"engine_weight": 300}, content_type="application/json"
+    )
+    assert ok.json()["engine_weight"] == 300
+    event = AuditEvent.objects.get(action="quota.set", after__engine_weight=300)
+    assert event.before["engine_weight"] == 100
+    # the console's quota page shows the weight the nodes use: premium tier (2) x 300 %
+    page = otto.get("/t/tenant-a/quota/").content.decode()
+    assert 'name="engine_weight" value="300"' in page
+    assert "6.00" in page.split('id="engine-share"')[1].split("</tr>")[0]
+    # and its form refuses a bad one, changing nothing
+    otto.post("/t/tenant-a/limits", {"engine_weight": "0"})
+    assert Quota.objects.get(tenant=tenant_a).engine_weight == 300

@@ -1,11 +1,12 @@
-"""Admission: who may start generating now. Generation slots, the queue of requests waiting
-for a slot or for their adapter to load, and each tenant's request rate.
+"""Admission: who may start generating now. The engine's seats, the queue of requests waiting
+for a seat or for their adapter to load, in each tenant's fair order (``fairness.py``), and
+each tenant's request rate.
 
-A request enters the queue at arrival (``queue``: 503 when every slot is busy and the queue
-is full), may wait there for its adapter to load, then takes a generation slot
-(``Ticket.slot``) and leaves the queue. Both are context managers, so a request that fails or
-is cancelled anywhere gives back what it held; a streamed answer that outlives its handler
-is handed what it holds with ``contextlib.AsyncExitStack.pop_all``.
+A request enters the queue at arrival (``queue``: 503 when every seat is busy and the queue
+is full), may wait there for its adapter to load, then takes a seat (``Ticket.slot``: the
+waiting tenant least served so far goes first) and leaves the queue. Both are context
+managers, so a request that fails or is cancelled anywhere gives back what it held; a streamed
+answer that outlives its handler is handed what it holds with ``contextlib.AsyncExitStack.pop_all``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from apps.serving.node import openai_protocol as oai
+from apps.serving.node.fairness import FairQueue
+from apps.serving.node.lookups import Caller
+from apps.tenants.shares import weight_of
 
 
 class RateLimiter:
@@ -43,48 +47,90 @@ class NoSpareSlot(Exception):
 
 
 class Ticket:
-    """One request's place in the queue, then its generation slot."""
+    """One request's place in the queue, then its generation seat."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, tenant: int | None, weight: float, label: str) -> None:
         self._admission = admission
+        self.tenant, self.weight, self.label = tenant, weight, label
         self._queued = True
-        self.waited_ms = 0.0  # time spent waiting for the slot (not for a load)
+        self.waited_ms = 0.0  # time spent waiting for the seat (not for a load)
 
     def _leave_queue(self) -> None:
         if self._queued:
             self._queued = False
             self._admission.waiting -= 1
 
+    def charge(self, *, prompt: int = 0, completion: int = 0) -> None:
+        """Tokens the engine served this request since the last call (its tenant's counter)."""
+        self._admission.fair.charge(self.tenant, prompt=prompt, completion=completion)
+        self._admission.on_tokens(self.label, prompt, completion)
+
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Wait for a generation slot; the request then no longer counts as queued."""
+        """Wait for a seat in the engine's batch, in the fair order (``fairness.py``); the
+        request then no longer counts as queued."""
+        admission = self._admission
         started = time.perf_counter()
-        await self._admission._slots.acquire()
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission.fair.arrive(self.tenant, granted, weight=self.weight)
+        admission._dispatch()
+        try:
+            await granted
+        except BaseException:
+            left = admission.fair.leave(self.tenant, granted)
+            if not left and not granted.cancelled():  # seated as it was cancelled
+                admission._free(self.tenant)
+            raise
         self.waited_ms = (time.perf_counter() - started) * 1000
+        admission.on_waited(self.label, self.waited_ms / 1000)
         self._leave_queue()
-        self._admission.in_use += 1
         try:
             yield
         finally:
-            self._admission.in_use -= 1
-            self._admission._slots.release()
+            admission._free(self.tenant)
 
 
 class Admission:
+    """The queue in front of the engine and its seats: ``max_concurrent`` seats any tenant may
+    take, and ``headroom`` more that only a tenant below its fair share may take, so that a
+    flood from one tenant does not make another's request wait for a long generation to end.
+    The engine's batch holds ``max_concurrent + headroom`` sequences."""
+
     def __init__(
         self,
         *,
         max_concurrent: int,
         max_queue: int,
+        headroom: int = 0,
         on_overloaded: Callable[[], None] = lambda: None,
+        on_waited: Callable[[str, float], None] = lambda tenant, seconds: None,
+        on_tokens: Callable[[str, int, int], None] = lambda tenant, prompt, completion: None,
     ) -> None:
         self.max_concurrent = max_concurrent
-        self.in_use = 0  # generation slots taken
-        self._slots = asyncio.Semaphore(max_concurrent)
+        self.fair = FairQueue(max_concurrent, headroom=headroom)
         self.max_queue = max_queue
-        self.waiting = 0  # requests admitted and waiting for a slot or a load
+        self.waiting = 0  # requests admitted and waiting for a seat or a load
         self.rate = RateLimiter()
         self._on_overloaded = on_overloaded
+        self.on_waited, self.on_tokens = on_waited, on_tokens
+
+    @property
+    def in_use(self) -> int:
+        """Seats taken (headroom seats included)."""
+        return self.fair.running
+
+    def _dispatch(self) -> None:
+        while (chosen := self.fair.next()) is not None:
+            tenant, granted = chosen
+            assert isinstance(granted, asyncio.Future)
+            if granted.cancelled():  # its waiter was cancelled and has not run since
+                self.fair.done(tenant)
+            else:
+                granted.set_result(None)
+
+    def _free(self, tenant: int | None) -> None:
+        self.fair.done(tenant)
+        self._dispatch()
 
     def check_rate(self, *, tenant_id: int, tenant_slug: str, rpm: int) -> None:
         """429 when the tenant is over its requests per minute."""
@@ -99,26 +145,33 @@ class Admission:
 
     @contextlib.asynccontextmanager
     async def spare_slot(self, headroom: int) -> AsyncIterator[None]:
-        """A generation slot for work that must never make a caller wait (shadow copies):
-        taken only when nobody is queued and ``headroom`` more slots than this one stay free
-        for callers arriving meanwhile, else ``NoSpareSlot`` at once. On a saturated CPU every
-        sequence in the engine's batch slows the others, so spare means well under capacity."""
+        """A seat for work that must never make a caller wait (shadow copies): taken only when
+        nobody is queued and ``headroom`` more seats than this one stay free for callers
+        arriving meanwhile, else ``NoSpareSlot`` at once. On a saturated CPU every sequence in
+        the engine's batch slows the others, so spare means well under capacity."""
         if self.waiting > 0 or self.in_use + 1 + headroom > self.max_concurrent:
             raise NoSpareSlot
-        await self._slots.acquire()  # free: returns without yielding to another request
-        self.in_use += 1
+        self.fair.occupy()
         try:
             yield
         finally:
-            self.in_use -= 1
-            self._slots.release()
+            self.fair.vacate()
+            self._dispatch()
+
+    def queue_for(self, caller: Caller | None) -> contextlib.AbstractContextManager[Ticket]:
+        """``queue`` for a caller: its tenant, with its tier's and its operator's weight."""
+        assert caller is not None
+        weight = weight_of(caller.priority, caller.engine_weight)
+        return self.queue(caller.tenant_id, weight=weight, label=caller.tenant_slug)
 
     @contextlib.contextmanager
-    def queue(self) -> Iterator[Ticket]:
-        """Enter the queue: 503 when every generation slot is busy and the queue is full.
-        Requests waiting for their adapter to load count as queued: once admitted, a request
-        is never refused for having waited on a load."""
-        if self._slots.locked() and self.waiting >= self.max_queue:
+    def queue(
+        self, tenant: int | None = None, *, weight: float = 1.0, label: str = ""
+    ) -> Iterator[Ticket]:
+        """Enter the queue: 503 when every seat is busy and the queue is full. Requests
+        waiting for their adapter to load count as queued: once admitted, a request is never
+        refused for having waited on a load."""
+        if self.in_use >= self.max_concurrent and self.waiting >= self.max_queue:
             self._on_overloaded()
             raise oai.ApiError(
                 503,
@@ -128,7 +181,7 @@ class Admission:
                 retry_after=1,
             )
         self.waiting += 1
-        ticket = Ticket(self)
+        ticket = Ticket(self, tenant, weight, label)
         try:
             yield ticket
         finally:

@@ -78,7 +78,10 @@ class Node:
         self.admission = Admission(
             max_concurrent=settings.LORAHUB_NODE_MAX_CONCURRENT,
             max_queue=settings.LORAHUB_NODE_MAX_QUEUE,
+            headroom=settings.LORAHUB_NODE_FAIR_HEADROOM,
             on_overloaded=metrics.overloaded.inc,
+            on_waited=metrics.waited,
+            on_tokens=metrics.served,
         )
         self.prewarm = Prewarm(
             config=self.config,

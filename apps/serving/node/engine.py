@@ -108,6 +108,8 @@ class EngineSettings:
             dtype=settings.LORAHUB_ENGINE_DTYPE,
             max_model_len=settings.LORAHUB_ENGINE_MAX_MODEL_LEN,
             kv_cache_bytes=settings.LORAHUB_ENGINE_KV_CACHE_MB * 1024 * 1024,
+            # the admission's seats and its fair-share headroom (node/admission.py)
+            max_num_seqs=settings.LORAHUB_NODE_MAX_CONCURRENT + settings.LORAHUB_NODE_FAIR_HEADROOM,
         )
 
     def stock_server_argv(self, port: int, lora_modules: dict[str, Path]) -> list[str]:

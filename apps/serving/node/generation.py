@@ -41,6 +41,9 @@ class Generation:
     # Called once when its one engine request has a single token left (max_tokens - 1
     # made): it leaves the batch after vLLM's next step.
     on_last_token: Callable[[], None] | None = None
+    # Called with the tokens served since the last call (prompt, completion), as the engine
+    # serves them: the tenant's fair-share counter (node/admission.py).
+    on_tokens: Callable[..., None] | None = None
     # Per choice (engine request id, choice index): how it finished, whether it said anything,
     # and its text when the request asked for JSON (``keep_text``), for the quality markers.
     keep_text: bool = False
@@ -82,6 +85,17 @@ class Generation:
     def texts(self) -> list[str]:
         """The finished choices' texts (kept only with ``keep_text``)."""
         return ["".join(self._texts.get(key, [])) for key in sorted(self.finish_reasons)]
+
+    def count(self, request_id: str, *, prompt: int | None = None, completion: int) -> None:
+        """One engine request's token counts so far; what is new goes to ``on_tokens``."""
+        new_prompt = 0
+        if prompt is not None:
+            new_prompt = prompt - self.prompt_tokens_of.get(request_id, 0)
+            self.prompt_tokens_of[request_id] = prompt
+        new_completion = completion - self.completion_tokens_of.get(request_id, 0)
+        self.completion_tokens_of[request_id] = completion
+        if self.on_tokens is not None and (new_prompt > 0 or new_completion > 0):
+            self.on_tokens(prompt=max(new_prompt, 0), completion=max(new_completion, 0))
 
     def started(self, request_id: str) -> None:
         self._running.add(request_id)

@@ -74,6 +74,7 @@ class Caller:
     requests_per_minute: int
     max_hot_adapters: int = 2  # pinned in L1
     max_warm_adapters: int = 8  # in the engine, L1 + L2
+    engine_weight: int = 100  # percent of the tier's share of the engine (tenants/shares.py)
     expires_at: float | None = None  # the key's expiry (epoch seconds), None: never
 
 
@@ -142,6 +143,7 @@ class Lookups:
             requests_per_minute=quota.requests_per_minute,
             max_hot_adapters=quota.max_hot_adapters,
             max_warm_adapters=quota.max_warm_adapters,
+            engine_weight=quota.engine_weight,
             expires_at=key.expires_at.timestamp() if key.expires_at else None,
         )
         if generation == self._generation:

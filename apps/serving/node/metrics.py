@@ -69,6 +69,20 @@ class NodeMetrics:
         )
 
     def _request_metrics(self, r: CollectorRegistry) -> None:
+        self.tenant_queue = Histogram(
+            "node_tenant_queue_seconds",
+            "Time a request waited for a seat in the engine's batch, by tenant (the fair "
+            "share: apps/serving/node/fairness.py)",
+            ["tenant"],
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "node_tenant_tokens",
+            "Tokens the engine served each tenant: prompt (input) and completion (output)",
+            ["tenant", "kind"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "ttft_by_adapter",
             "Time to first token (ms)",
@@ -169,6 +183,20 @@ class NodeMetrics:
                 return tenant, "other"
             self._adapter_labels.add(pair)
             return pair
+
+    def tenant_label(self, tenant: str) -> str:
+        """A bounded tenant label (see the module docstring)."""
+        return self.labels_for(tenant, "")[0]
+
+    def waited(self, tenant: str, seconds: float) -> None:
+        self.tenant_queue.labels(tenant=self.tenant_label(tenant)).observe(seconds)
+
+    def served(self, tenant: str, prompt: int, completion: int) -> None:
+        label = self.tenant_label(tenant)
+        if prompt:
+            self.tenant_tokens.labels(tenant=label, kind="prompt").inc(prompt)
+        if completion:
+            self.tenant_tokens.labels(tenant=label, kind="completion").inc(completion)
 
     def count_tier(self, tier: str) -> None:
         self.cache_lookups.labels(tier=tier).inc()

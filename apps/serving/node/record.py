@@ -60,6 +60,8 @@ class RequestTrace:
             "X-Lorahub-Adapter": adapter,
             "X-Lorahub-Cache-Tier": self.tier or "none",
             "X-Lorahub-Load-Ms": f"{self.load_ms:.1f}",
+            # the wait for a seat in the engine's batch, in the tenant's fair order
+            "X-Lorahub-Queue-Ms": f"{self.queue_ms:.1f}",
         }
         if self.degraded:
             headers["X-Lorahub-Degraded"] = "1"

@@ -289,7 +289,7 @@ class RequestPath:
                 if not self.engine.is_ready:
                     raise EngineNotReady(self.engine.info().state)
                 engine_request = await self.engine.openai_request(chat=chat, body=body)
-                ticket = holding.enter_context(self.admission.queue())
+                ticket = holding.enter_context(self.admission.queue_for(trace.caller))
                 holding.callback(self.let_go, trace)
                 # Place first: a cold load must not hold a generation slot that hot requests
                 # need (no head-of-line blocking).
@@ -305,6 +305,7 @@ class RequestPath:
                     on_finished=lambda: self.leave_engine(trace),
                     on_last_token=lambda: self.finishing(trace),
                     keep_text=trace.json is not None or trace.shadow is not None,
+                    on_tokens=ticket.charge,
                 )
                 trace.generating = True
                 result = await self._generate(request, engine_request, handle, model, generation)

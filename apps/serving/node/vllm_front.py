@@ -186,8 +186,6 @@ class _NodeEngine:
             async for out in outputs:
                 if out.finished:
                     generation.finished(request_id)
-                if out.prompt_token_ids is not None:
-                    generation.prompt_tokens_of[out.request_id] = len(out.prompt_token_ids)
                 for piece in out.outputs:
                     generation.saw(
                         out.request_id, piece.index, piece.text, piece.finish_reason, delta=delta
@@ -196,7 +194,11 @@ class _NodeEngine:
                     counts[piece.index] = counts.get(piece.index, 0) + n if delta else n
                     if n and generation.first_token_s is None:
                         generation.first_token_s = time.perf_counter()
-                generation.completion_tokens_of[out.request_id] = sum(counts.values())
+                generation.count(
+                    out.request_id,
+                    prompt=None if out.prompt_token_ids is None else len(out.prompt_token_ids),
+                    completion=sum(counts.values()),
+                )
                 if one_left > 0 and counts.get(0) == one_left and not out.finished:
                     generation.last_token(request_id)
                 yield out
