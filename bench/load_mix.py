@@ -74,11 +74,11 @@ class Point:
 def publish_mix(count: int) -> dict[str, Path]:
     """``count`` extra adapters (distinct weights) published for tenant acme, each behind an
     alias of its own name; returns alias -> the folder stock vLLM loads the same weights from."""
-    from apps.serving.management.commands.seed_demo import publish_folder
     from django.conf import settings
     from django.contrib.auth.models import User
 
     from apps.demo.assets import build_extra_adapters
+    from apps.demo.management.commands.seed_demo import publish_folder
     from apps.registry import aliases
     from apps.registry.models import VersionState
     from apps.tenants.auth import principal_for_user

@@ -230,11 +230,11 @@ class Server:
 def publish(count: int) -> tuple[dict[str, Path], dict[str, int]]:
     """``count`` extra adapters (distinct weights) for tenant acme, each behind an alias of
     its own name. Returns alias -> folder, and alias -> version id."""
-    from apps.serving.management.commands.seed_demo import publish_folder
     from django.conf import settings
     from django.contrib.auth.models import User
 
     from apps.demo.assets import build_extra_adapters
+    from apps.demo.management.commands.seed_demo import publish_folder
     from apps.registry import aliases
     from apps.registry.models import VersionState
     from apps.tenants.auth import principal_for_user

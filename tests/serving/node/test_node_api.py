@@ -820,3 +820,73 @@ def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
         time.sleep(0.5)
     assert response.json()["choices"][0]["text"].strip().startswith(V1)
     assert httpx.get(f"{url}/healthz").json()["engine"] == "ready"
+
+
+def timed_stream(
+    url: str, key: str, model: str, max_tokens: int, arrivals: list[float] | None = None
+) -> dict:
+    """A streamed completion's response headers and the arrival time of each token event
+    (appended to ``arrivals`` as they come)."""
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    started, arrivals = time.perf_counter(), [] if arrivals is None else arrivals
+    with httpx.stream(
+        "POST",
+        f"{url}/v1/completions",
+        headers={"Authorization": f"Bearer {key}"},
+        json=body,
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line.startswith("data: {") and '"text":""' not in line:
+                arrivals.append(time.perf_counter())
+        headers = dict(response.headers)
+    return {"started": started, "arrivals": arrivals, "headers": headers}
+
+
+def test_a_tenant_flooding_the_node_does_not_hold_back_another_s_first_token(world):
+    """Tenant A fills every generation seat with long streams; tenant B's request takes a
+    headroom seat and gets its first token within a few engine steps (the step time measured
+    from A's own streams), instead of waiting for one of A's 128-token streams to end."""
+    url, a_key = world["url"], world["a_key"]
+    b_key = world["b"].api_key
+    base = world["b"].models.list().data[0].id  # B calls the base model: no adapter to load
+    complete(world["a"])  # A's adapter hot first
+    alone = timed_stream(url, b_key, base, 4)
+    ttft_alone = alone["arrivals"][0] - alone["started"]
+    seats = 4  # the session node's LORAHUB_NODE_MAX_CONCURRENT
+    tokens: list[list[float]] = [[] for _ in range(seats)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=seats) as pool:
+        flood = [pool.submit(timed_stream, url, a_key, "support", 128, t) for t in tokens]
+        deadline = time.monotonic() + 60  # until every one of A's streams is generating
+        while not all(len(t) >= 4 for t in tokens):
+            assert time.monotonic() < deadline, "the flood never started"
+            time.sleep(0.02)
+        quiet = timed_stream(url, b_key, base, 4)
+        streams = [f.result() for f in flood]
+    ttft = quiet["arrivals"][0] - quiet["started"]
+    # one engine step under the flood: the median gap between a stream's tokens, while B ran
+    gaps = sorted(
+        later - earlier
+        for s in streams
+        for earlier, later in zip(s["arrivals"], s["arrivals"][1:], strict=False)
+        if quiet["started"] <= earlier <= quiet["arrivals"][-1]
+    )
+    step = gaps[len(gaps) // 2]
+    bound = ttft_alone + 6 * step
+    print(
+        f"B's TTFT {ttft * 1000:.0f} ms under A's flood (alone {ttft_alone * 1000:.0f} ms, "
+        f"step {step * 1000:.1f} ms, bound {bound * 1000:.0f} ms)"
+    )
+    assert ttft <= bound
+    # A's streams were still running when B was answered: B did not get in by one ending
+    assert all(s["arrivals"][-1] > quiet["arrivals"][0] for s in streams)
+    assert float(quiet["headers"]["x-lorahub-queue-ms"]) < bound * 1000
+    assert node_metric(url, "node_tenant_queue_seconds_count", tenant="tenant-b") >= 2

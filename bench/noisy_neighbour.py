@@ -1,0 +1,340 @@
+"""Noisy neighbours: one tenant floods the engine; what do the others get? The serving node
+(fair admission, apps/serving/node/fairness.py) vs. stock vLLM's OpenAI server, with a second
+stock server as the A/A column.
+
+Three tenants, each with adapters of its own (published through a throwaway SQLite control
+plane for the node; static ``--lora-modules`` of the same weights for stock vLLM):
+- **quiet** (standard): 2 concurrent callers, a short prompt, ``max_tokens`` 32, one adapter;
+- **noisy** (standard): 32 concurrent callers, a long prompt, ``max_tokens`` 256, four
+  adapters, a rate limit it never reaches;
+- **batch** (the batch tier, weight ¼): 16 concurrent callers like noisy's, one adapter,
+  arriving halfway through the flood.
+
+Per server, one at a time (the others idle), the order rotated per repetition so each goes
+first once in three: quiet alone, noisy alone, then the flood (noisy and quiet from the start,
+batch from halfway). Every streamed token event counts as one token (vLLM streams one per
+step and request). Printed per server: quiet's TTFT p50/p95 and tokens/s alone and under the
+flood (the ratio), noisy's tokens/s under the flood against alone, the total tokens/s, and
+each tenant's share of the tokens per 10 s window of the flood's second half, against its
+weighted share among the backlogged tenants.
+
+Both servers get the same engine arguments (``EngineSettings``: max_num_seqs is the node's
+seats plus its fair-share headroom; 8 device slots, so that six adapters fit: the cache is not
+what is measured here).
+
+Usage: .venv/bin/python bench/noisy_neighbour.py [--reps 3] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+
+SERVERS = ("node", "stock", "stock-b")
+WINDOW_S = 10.0
+
+
+@dataclass(frozen=True)
+class Load:
+    tenant: str
+    callers: int
+    max_tokens: int
+    models: tuple[str, ...]
+    long: bool
+
+
+LOADS = {
+    "quiet": Load("quiet", 2, 32, ("quiet-0",), long=False),
+    "noisy": Load("noisy", 32, 256, ("noisy-0", "noisy-1", "noisy-2", "noisy-3"), long=True),
+    "batch": Load("batch", 16, 256, ("batch-0",), long=True),
+}
+PRIORITY = {"quiet": 1, "noisy": 1, "batch": 0}  # Tenant.priority: standard, standard, batch
+
+
+@dataclass
+class Seen:
+    """What one tenant's callers saw in a phase."""
+
+    ttft: list[float] = field(default_factory=list)  # ms
+    tokens: list[float] = field(default_factory=list)  # arrival time of each token event
+    errors: int = 0
+
+
+def publish(work: Path) -> tuple[dict[str, str], dict[str, Path]]:
+    """The three tenants, their keys, adapters and aliases; returns tenant -> key and
+    alias -> the folder stock vLLM loads the same weights from."""
+    from django.conf import settings
+    from django.contrib.auth.models import User
+
+    from apps.demo.assets import build_extra_adapters
+    from apps.demo.management.commands.seed_demo import publish_folder
+    from apps.registry import aliases
+    from apps.registry.models import VersionState
+    from apps.tenants import services as tenants
+    from apps.tenants.auth import principal_for_user
+    from apps.tenants.choices import TenantRole
+    from apps.tenants.models import Quota
+
+    alice = User.objects.get(username="alice")
+    owner, reviewer = (
+        principal_for_user(alice),
+        principal_for_user(User.objects.get(username="rita")),
+    )
+    extra = build_extra_adapters(demo_dir=Path(settings.LORAHUB_DEMO_DIR), count=6)
+    keys, folders = {}, {}
+    for slug, load in LOADS.items():
+        tenant = tenants.create_tenant(slug=slug, name=slug, priority=PRIORITY[slug])
+        tenants.add_member(tenant=tenant, user=alice, role=TenantRole.ADMIN)
+        # the benchmark's load, not a tenant's rate, is what is measured
+        Quota.objects.update_or_create(
+            tenant=tenant, defaults={"requests_per_minute": 1_000_000, "max_warm_adapters": 8}
+        )
+        for name in load.models:
+            folder = extra[len(folders)]
+            row = publish_folder(tenant, owner, reviewer, name, "1", folder)
+            assert row.state == VersionState.APPROVED, row.rejection_reason
+            aliases.set_alias(
+                principal=owner, tenant=tenant, name=name, version_id=row.pk, reason=""
+            )
+            folders[name] = folder
+        keys[slug] = tenants.issue_api_key(tenant=tenant, name="bench", actor=None)[1]
+    return keys, folders
+
+
+def prompts() -> dict[bool, str]:
+    from apps.demo import corpus
+
+    short = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[0])
+    long = corpus.completion_prompt(" ".join(corpus.UNSEEN_PROMPTS[:6]) * 2)
+    return {False: short, True: long}
+
+
+async def caller(client, url: str, key: str, load: Load, prompt: str, seen: Seen, end: float):
+    i = 0
+    while time.perf_counter() < end:
+        model = load.models[i % len(load.models)]
+        i += 1
+        body = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": load.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+        }
+        started, first = time.perf_counter(), None
+        try:
+            async with asyncio.timeout(max(end - time.perf_counter(), 0.01)):
+                async with client.stream(
+                    "POST", f"{url}/v1/completions", json=body,
+                    headers={"Authorization": f"Bearer {key}"},
+                ) as response:  # fmt: skip
+                    if response.status_code != 200:
+                        await response.aread()
+                        seen.errors += 1
+                        await asyncio.sleep(0.1)
+                        continue
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data: {"):
+                            continue
+                        if any(c.get("text") for c in json.loads(line[6:])["choices"]):
+                            now = time.perf_counter()
+                            seen.tokens.append(now)
+                            if first is None:
+                                first = now
+                                seen.ttft.append((now - started) * 1000)
+        except TimeoutError:
+            return  # the phase ended under this request: it is not counted as finished
+
+
+async def phase(url: str, keys: dict[str, str], plan: dict[str, float], seconds: float):
+    """``plan``: tenant -> when (s after the start) its callers begin. Returns what each
+    saw, and the start time."""
+    import httpx
+
+    texts = prompts()
+    seen = {tenant: Seen() for tenant in plan}
+    start = time.perf_counter()
+    end = start + seconds
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
+        async def begin(tenant: str, delay: float) -> None:
+            await asyncio.sleep(delay)
+            load = LOADS[tenant]
+            key = keys.get(tenant, "none")
+            await asyncio.gather(
+                *(
+                    caller(client, url, key, load, texts[load.long], seen[tenant], end)
+                    for _ in range(load.callers)
+                )
+            )
+
+        await asyncio.gather(*(begin(t, d) for t, d in plan.items()))
+    return seen, start
+
+
+def tps(seen: Seen, start: float, seconds: float, since: float = 0.0) -> float:
+    return sum(1 for t in seen.tokens if t >= start + since) / (seconds - since)
+
+
+def measure(url: str, keys: dict[str, str], seconds: float) -> dict:
+    quiet_alone, start = asyncio.run(phase(url, keys, {"quiet": 0}, seconds))
+    noisy_alone, n_start = asyncio.run(phase(url, keys, {"noisy": 0}, seconds))
+    flood_s = 2 * seconds
+    flood, f_start = asyncio.run(
+        phase(url, keys, {"noisy": 0, "quiet": 0, "batch": seconds}, flood_s)
+    )
+    windows = []
+    t = f_start + seconds
+    while t + WINDOW_S <= f_start + flood_s + 1e-6:
+        counts = {k: sum(1 for x in s.tokens if t <= x < t + WINDOW_S) for k, s in flood.items()}
+        windows.append(counts)
+        t += WINDOW_S
+    return {
+        "quiet alone p50": pct(quiet_alone["quiet"].ttft, 0.5),
+        "quiet alone p95": pct(quiet_alone["quiet"].ttft, 0.95),
+        "quiet flood p50": pct(flood["quiet"].ttft, 0.5),
+        "quiet flood p95": pct(flood["quiet"].ttft, 0.95),
+        "quiet alone tok/s": tps(quiet_alone["quiet"], start, seconds),
+        "quiet flood tok/s": tps(flood["quiet"], f_start, flood_s),
+        "noisy alone tok/s": tps(noisy_alone["noisy"], n_start, seconds),
+        "noisy flood tok/s": tps(flood["noisy"], f_start, flood_s),
+        "total flood tok/s": sum(tps(s, f_start, flood_s) for s in flood.values()),
+        "windows": windows,
+        "errors": sum(s.errors for s in (*quiet_alone.values(), *noisy_alone.values(),
+                                         *flood.values())),
+    }  # fmt: skip
+
+
+def rotation(rep: int) -> list[str]:
+    k = rep % len(SERVERS)
+    return [*SERVERS[k:], *SERVERS[:k]]
+
+
+def start_servers(work: Path, env: dict[str, str], folders: dict[str, Path]):
+    from apps.serving.node.engine import EngineSettings
+
+    engine = EngineSettings.from_django_settings()
+    ports = {name: free_port() for name in SERVERS}
+    stock_env = {k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")}
+    procs = {
+        "node": subprocess.Popen(
+            [sys.executable, "manage.py", "runnode", "--port", str(ports["node"])],
+            cwd=ROOT, env=env, stdout=(work / "node.log").open("wb"), stderr=subprocess.STDOUT,
+        ),
+        **{
+            name: subprocess.Popen(
+                engine.stock_server_argv(ports[name], folders), cwd=ROOT, env=stock_env,
+                stdout=(work / f"{name}.log").open("wb"), stderr=subprocess.STDOUT,
+            )
+            for name in ("stock", "stock-b")
+        },
+    }  # fmt: skip
+    return engine, procs, {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=20, help="each phase alone; flood 2x")
+    args = parser.parse_args()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="lorahub-noisy-") as tmp:
+        work = Path(tmp)
+        config = (ROOT / "lorahub" / "cache.yaml").read_text()
+        (work / "cache.yaml").write_text(config.replace("max_adapters: 4 ", "max_adapters: 8 "))
+        os.environ["LORAHUB_CACHE_CONFIG"] = str(work / "cache.yaml")
+        env, _, _ = prepare(work)
+        keys, folders = publish(work)
+        engine, procs, urls = start_servers(work, env, folders)
+        results: dict[str, list[dict]] = {name: [] for name in SERVERS}
+        try:
+            for name, proc in procs.items():
+                wait_ready(urls[name], "/healthz" if name == "node" else "/health", proc, name)
+            for name in SERVERS:  # warm-up: every adapter once
+                asyncio.run(phase(urls[name], keys if name == "node" else {}, {"batch": 0}, 3))
+                asyncio.run(phase(urls[name], keys if name == "node" else {}, {"noisy": 0}, 3))
+            for rep in range(args.reps):
+                for name in rotation(rep):
+                    row = measure(urls[name], keys if name == "node" else {}, args.seconds)
+                    results[name].append(row)
+                    print(f"rep {rep + 1} {name:<8}" + "  ".join(
+                        f"{k} {v:.1f}" for k, v in row.items() if isinstance(v, float)
+                    ), flush=True)  # fmt: skip
+        finally:
+            for proc in procs.values():
+                proc.terminate()
+            for proc in procs.values():
+                proc.wait(timeout=60)
+    report(results, args, engine)
+
+
+def share_rows(windows: list[dict]) -> list[tuple[str, float, float]]:
+    """Per tenant: its share of the tokens over the windows, and its weighted share among
+    the backlogged tenants (noisy and batch; quiet asks for less than its share)."""
+    from apps.tenants.shares import weight_of
+
+    total = sum(sum(w.values()) for w in windows) or 1
+    backlogged = ("noisy", "batch")
+    weights = {t: weight_of(PRIORITY[t]) for t in backlogged}
+    quiet = sum(w.get("quiet", 0) for w in windows) / total
+    rows = [("quiet", quiet, float("nan"))]
+    for tenant in backlogged:
+        share = sum(w.get(tenant, 0) for w in windows) / total
+        rows.append((tenant, share, (1 - quiet) * weights[tenant] / sum(weights.values())))
+    return rows
+
+
+def report(results: dict[str, list[dict]], args, engine) -> None:
+    med = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "windows"}
+           for name, rows in results.items()}  # fmt: skip
+    print(
+        f"\nNoisy neighbours: {args.reps} repetitions, phases of {args.seconds:.0f} s (flood "
+        f"{2 * args.seconds:.0f} s), max_num_seqs={engine.max_num_seqs}, "
+        f"max_loras={engine.max_loras}; medians\n"
+    )
+    head = ("quiet alone p50", "quiet alone p95", "quiet flood p50", "quiet flood p95",
+            "quiet alone tok/s", "quiet flood tok/s", "noisy alone tok/s", "noisy flood tok/s",
+            "total flood tok/s", "errors")  # fmt: skip
+    print(f"{'':<26}" + "".join(f"{n:>10}" for n in SERVERS))
+    for key in head:
+        print(f"{key:<26}" + "".join(f"{med[n][key]:>10.1f}" for n in SERVERS))
+    print()
+    stock_total = med["stock"]["total flood tok/s"]
+    for label, value in (
+        ("quiet p95 TTFT flood/alone", lambda m: m["quiet flood p95"] / m["quiet alone p95"]),
+        ("noisy tok/s flood/alone", lambda m: m["noisy flood tok/s"] / m["noisy alone tok/s"]),
+        ("total tok/s / stock's", lambda m: m["total flood tok/s"] / stock_total),
+    ):
+        print(f"{label:<26}" + "".join(f"{value(med[n]):>10.2f}" for n in SERVERS))
+    print("\ntoken shares in the flood's second half (batch present), all windows of all reps")
+    print(f"{'tenant':<10}" + "".join(f"{n + ' share':>14}{'fair':>7}" for n in SERVERS))
+    rows = {n: share_rows([w for r in results[n] for w in r["windows"]]) for n in SERVERS}
+    for i, (tenant, _, _) in enumerate(rows["node"]):
+        print(
+            f"{tenant:<10}"
+            + "".join(f"{rows[n][i][1]:>14.3f}{rows[n][i][2]:>7.3f}" for n in SERVERS)
+        )
+    print("\nper 10 s window (node): " + "; ".join(
+        " ".join(f"{t} {c}" for t, c in w.items()) for r in results["node"] for w in r["windows"]
+    ))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
