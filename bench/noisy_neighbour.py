@@ -1,5 +1,5 @@
 """Noisy neighbours: one tenant floods the engine; what do the others get? The serving node
-(fair admission, apps/serving/node/fairness.py) vs. stock vLLM's OpenAI server, with a second
+(fair admission, apps/serving/fairness.py) vs. stock vLLM's OpenAI server, with a second
 stock server as the A/A column.
 
 Three tenants, each with adapters of its own (published through a throwaway SQLite control

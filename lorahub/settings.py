@@ -631,7 +631,7 @@ LORAHUB_TRACES_DIR = env_path("LORAHUB_TRACES_DIR", BASE_DIR.parent / "shared" /
 LORAHUB_NODE_MAX_CONCURRENT = env_int("LORAHUB_NODE_MAX_CONCURRENT", 32, minimum=1)
 LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
 # Seats of the engine's batch beyond MAX_CONCURRENT that only a tenant below its fair share may
-# take (apps/serving/node/fairness.py): a tenant flooding the node fills MAX_CONCURRENT, and
+# take (apps/serving/fairness.py): a tenant flooding the node fills MAX_CONCURRENT, and
 # another's request still enters the next step. The engine's max_num_seqs is the sum.
 LORAHUB_NODE_FAIR_HEADROOM = env_int("LORAHUB_NODE_FAIR_HEADROOM", 4, minimum=0)
 # The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.

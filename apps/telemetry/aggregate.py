@@ -51,6 +51,7 @@ def minute_rows(records: Iterable[RequestRecord]) -> dict[tuple, Sums]:
             row["ttft_count"] += 1
             row["ttft_ms_max"] = max(row["ttft_ms_max"], r.ttft_ms)
             row[f"ttft_b{bucket_of(r.ttft_ms):02d}"] += 1
+            row[f"queue_b{bucket_of(r.queue_ms):02d}"] += 1  # seated and answered
         if r.tier in ("L3", "L4") and r.load_ms > 0:
             row[f"load_{r.tier.lower()}_b{bucket_of(r.load_ms):02d}"] += 1
         row["load_ms_sum"] += r.load_ms

@@ -134,6 +134,37 @@ def timeline(data: dict) -> dict[str, Figure]:
     }
 
 
+def engine(data: dict, share: dict) -> dict[str, Figure]:
+    """The tenant's wait for a seat in the engine (p95 per step), and its share of the
+    engine's service against its weighted fair share (``engine_share.py``)."""
+    span = {"type": "date", "range": [data.get("start"), data.get("end")]}
+    marker = {"size": 4}
+    return {
+        "chart-queue": {
+            "data": [_line(data.get("t", []), data.get("queue_p95", []), "queue wait p95")],
+            "layout": _layout("Wait for a seat in the engine (p95)", "ms", xaxis=span),
+        },
+        "chart-engine-share": {
+            "data": [
+                _line(share["t"], share["share"], "share of the engine's tokens", marker=marker),
+                _line(
+                    share["t"],
+                    share["fair"],
+                    "fair share (weight / weights served)",
+                    marker=marker,
+                    line={"dash": "dot"},
+                ),
+            ],
+            "layout": _layout(
+                "Share of the engine against its weight",
+                "share",
+                xaxis=span,
+                yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
+            ),
+        },
+    }
+
+
 def cache(data: dict, *, hot_quota: int | None = None, warm_quota: int | None = None) -> Figure:
     """Evictions per step (bars) and, for a tenant, its engine residency against its quota."""
     t = data["t"]

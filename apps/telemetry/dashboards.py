@@ -185,6 +185,7 @@ def series(where: Q | None, rng: Range, *, now: datetime | None = None) -> dict:
         ttft = m[:, [col[f] for f in BUCKETS["ttft"]]]
         for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
             out[f"ttft_{name}"] = _listed(quantiles(ttft, q, max_ms=m[:, col["ttft_max"]]))
+        out["queue_p95"] = _listed(quantiles(m[:, [col[f] for f in BUCKETS["queue"]]], 0.95))
         per_request = np.where(n > 0, n, np.nan)
         json_n = m[:, col["json_requests"]]
         per_json = np.where(json_n > 0, json_n, np.nan)

@@ -16,8 +16,9 @@ BOUNDS_MS: tuple[float, ...] = (
     2, 5, 10, 20, 35, 50, 75, 100, 150, 250, 500, 1000, 2500, 5000, 10000,
 )  # fmt: skip
 N_BUCKETS = len(BOUNDS_MS) + 1
-# The latencies kept as histograms: time to first token, and adapter loads by source tier.
-HISTOGRAMS = ("ttft", "load_l3", "load_l4")
+# The latencies kept as histograms: time to first token, adapter loads by source tier, and
+# the wait for a seat in the engine's batch (the tenant's fair share).
+HISTOGRAMS = ("ttft", "load_l3", "load_l4", "queue")
 
 
 def bucket_fields(prefix: str) -> list[str]:

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from apps.registry.models import Adapter
 from apps.telemetry import charts, dashboards
+from apps.telemetry.engine_share import engine_share
 from apps.tenants import services as tenant_services
 from apps.tenants.console import (
     operators,
@@ -50,6 +51,8 @@ def tenant_dashboard(request: HttpRequest, slug: str) -> HttpResponse:
                 "chart-requests",
                 "chart-outcomes",
                 "chart-quality",
+                "chart-engine-share",
+                "chart-queue",
                 "chart-loads",
                 "chart-cache",
             ],
@@ -68,6 +71,7 @@ def tenant_dashboard_data(request: HttpRequest, slug: str) -> JsonResponse:
     quota = tenant_services.get_quota(tenant)
     figures = {
         **charts.timeline(data),
+        **charts.engine(data, engine_share(tenant, rng)),
         "chart-cache": charts.cache(
             dashboards.cache_series(rng, tenant=tenant),
             hot_quota=quota.max_hot_adapters,

@@ -139,7 +139,7 @@ class Quota(models.Model):
     max_upload_mb = models.PositiveIntegerField(default=200)
     requests_per_minute = models.PositiveIntegerField(default=600)
     # The tenant's share of the engine, in percent of its tier's weight (batch ¼, standard 1,
-    # premium 2): 100 is its tier's share, 200 twice it (apps/serving/node/fairness.py).
+    # premium 2): 100 is its tier's share, 200 twice it (apps/serving/fairness.py).
     engine_weight = models.PositiveIntegerField(default=100)
     updated_at = models.DateTimeField(auto_now=True)
 

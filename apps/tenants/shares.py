@@ -1,4 +1,4 @@
-"""A tenant's share of the engine, as nodes weigh it (``apps/serving/node/fairness.py``) and
+"""A tenant's share of the engine, as nodes weigh it (``apps/serving/fairness.py``) and
 pages show it. No Django here: the node's scheduler and the replay import it.
 
 A tenant's weight is its tier's (``Tenant.priority``: batch ¼, standard 1, premium 2) times

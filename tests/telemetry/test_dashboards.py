@@ -323,3 +323,34 @@ def test_a_dashboard_opens_on_the_range_that_holds_its_data(
     rebuild_rollups()
     assert dashboards.default_range(dashboards.scope(tenant=tenant_a)).key == expected
     assert dashboards.default_range(dashboards.PLATFORM).key == platform
+
+
+@pytest.mark.django_db
+def test_a_tenant_sees_its_queue_wait_and_its_share_of_the_engine_against_its_weight(
+    tenant_a, tenant_b
+):
+    """tenant-a (premium, weight 2) and tenant-b (standard, 1) in one minute: a's fair share
+    is 2/3; it got 100 of 150 weighted tokens (input once, output twice)."""
+    from apps.telemetry import charts
+    from apps.telemetry.engine_share import engine_share
+
+    now = datetime.now(UTC).replace(second=30)
+    write_records(
+        "n1",
+        [
+            _record(
+                tenant_a.id, now, ttft_ms=8, queue_ms=3, prompt_tokens=20, completion_tokens=40
+            ),
+            _record(tenant_a.id, now, ttft_ms=8, queue_ms=400),
+            _record(tenant_b.id, now, ttft_ms=8, prompt_tokens=10, completion_tokens=20),
+        ],
+    )
+    rng = dashboards.RANGES["hour"]
+    share = engine_share(tenant_a, rng)
+    assert share["share"] == [round(100 / 150, 4)]
+    assert share["fair"] == [round(2 / 3, 4)]
+    assert engine_share(tenant_b, rng)["fair"] == [round(1 / 3, 4)]
+    data = dashboards.series(dashboards.scope(tenant=tenant_a), rng)
+    assert 250 < data["queue_p95"][0] <= 500  # the 400 ms wait, read from its bucket
+    figures = charts.engine(data, share)
+    assert figures["chart-engine-share"]["data"][1]["y"] == [round(2 / 3, 4)]

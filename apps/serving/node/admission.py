@@ -1,5 +1,5 @@
 """Admission: who may start generating now. The engine's seats, the queue of requests waiting
-for a seat or for their adapter to load, in each tenant's fair order (``fairness.py``), and
+for a seat or for their adapter to load, in each tenant's fair order (``serving/fairness.py``), and
 each tenant's request rate.
 
 A request enters the queue at arrival (``queue``: 503 when every seat is busy and the queue
@@ -16,8 +16,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
+from apps.serving.fairness import FairQueue
 from apps.serving.node import openai_protocol as oai
-from apps.serving.node.fairness import FairQueue
 from apps.serving.node.lookups import Caller
 from apps.tenants.shares import weight_of
 
@@ -67,7 +67,7 @@ class Ticket:
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Wait for a seat in the engine's batch, in the fair order (``fairness.py``); the
+        """Wait for a seat in the engine's batch, in the fair order (``serving/fairness.py``); the
         request then no longer counts as queued."""
         admission = self._admission
         started = time.perf_counter()

@@ -72,7 +72,7 @@ class NodeMetrics:
         self.tenant_queue = Histogram(
             "node_tenant_queue_seconds",
             "Time a request waited for a seat in the engine's batch, by tenant (the fair "
-            "share: apps/serving/node/fairness.py)",
+            "share: apps/serving/fairness.py)",
             ["tenant"],
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=r,

@@ -1,4 +1,4 @@
-"""The engine's fair share as rules (``apps/serving/node/fairness.py``): a simulated engine
+"""The engine's fair share as rules (``apps/serving/fairness.py``): a simulated engine
 on a step clock, each running request making one token per step."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from apps.serving.node.fairness import FairQueue
+from apps.serving.fairness import FairQueue
 from apps.tenants.shares import weight_of
 
 
