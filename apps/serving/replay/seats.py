@@ -52,7 +52,7 @@ def replay_seats(
     def seat_the_next(now: float) -> None:
         while (chosen := fair.next()) is not None:
             tenant, request = chosen
-            assert isinstance(request, int)
+            assert isinstance(tenant, int) and isinstance(request, int)
             waits.setdefault(tenant, []).append((now - trace.at[request]) * 1000)
             held_ms = max(holds[request], 0.0) * 1000
             fair.charge(tenant, prompt=round(held_ms))
