@@ -120,7 +120,7 @@ def prompts() -> dict[bool, str]:
     from apps.demo import corpus
 
     short = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[0])
-    long = corpus.completion_prompt(" ".join(corpus.UNSEEN_PROMPTS[:6]) * 2)
+    long = corpus.completion_prompt(" ".join(corpus.UNSEEN_PROMPTS[:6]) * 4)  # 225 tokens
     return {False: short, True: long}
 
 
