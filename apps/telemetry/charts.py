@@ -142,7 +142,9 @@ def engine(data: dict, share: dict) -> dict[str, Figure]:
     return {
         "chart-queue": {
             "data": [_line(data.get("t", []), data.get("queue_p95", []), "queue wait p95")],
-            "layout": _layout("Wait for a seat in the engine (p95)", "ms", xaxis=span),
+            "layout": _layout(
+                "Wait for a seat in the engine (p95)", "ms", xaxis=span, showlegend=True
+            ),
         },
         "chart-engine-share": {
             "data": [

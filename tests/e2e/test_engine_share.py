@@ -48,5 +48,5 @@ def test_the_dashboard_plots_queue_wait_and_the_engine_share_against_the_weight(
     share = page.locator("#chart-engine-share")
     expect(share).to_contain_text("share of the engine's tokens")
     expect(share).to_contain_text("fair share (weight / weights served)")
-    expect(page.locator("#chart-queue")).to_contain_text("queue wait p95")
+    expect(page.locator("#chart-queue")).to_contain_text("Wait for a seat in the engine (p95)")
     keep_for_docs(screenshot(page, "dashboard-engine-share"))
