@@ -43,9 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load_mix import SERVERS, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
 
-SERVERS = ("node", "stock", "stock-b")
 WINDOW_S = 10.0
 
 
@@ -220,11 +220,6 @@ def measure(url: str, keys: dict[str, str], seconds: float) -> dict:
         "errors": sum(s.errors for s in (*quiet_alone.values(), *noisy_alone.values(),
                                          *flood.values())),
     }  # fmt: skip
-
-
-def rotation(rep: int) -> list[str]:
-    k = rep % len(SERVERS)
-    return [*SERVERS[k:], *SERVERS[:k]]
 
 
 def start_servers(work: Path, env: dict[str, str], folders: dict[str, Path]):
