@@ -50,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+from bench.node_overhead import free_port, pct, prepare, stop_all, wait_ready  # noqa: E402
 
 CONCURRENCY = (1, 8, 32)
 MAX_TOKENS = 16
@@ -248,10 +248,7 @@ def main() -> None:
             }
             results = run(args, engine, servers, sorted(mix))
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(timeout=60)
+            stop_all(procs.values())
     report(results, args, engine)
 
 

@@ -56,6 +56,14 @@ def wait_ready(url: str, path: str, proc: subprocess.Popen, what: str) -> None:
         time.sleep(0.5)
 
 
+def stop_all(procs) -> None:
+    """SIGTERM to every server process, then wait for each (a minute at most)."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
 def start_node(env: dict[str, str], log: Path | None = None) -> tuple[subprocess.Popen, str]:
     """A node process (``manage.py runnode``) on ``env``'s control plane, once it is ready;
     its output goes to ``log`` (default: nowhere). Returns the process and its URL."""

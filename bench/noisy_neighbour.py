@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.load_mix import SERVERS, rotation  # noqa: E402
-from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+from bench.node_overhead import free_port, pct, prepare, stop_all, wait_ready  # noqa: E402
 
 WINDOW_S = 10.0
 
@@ -274,10 +274,7 @@ def main() -> None:
                         f"{k} {v:.1f}" for k, v in row.items() if isinstance(v, float)
                     ), flush=True)  # fmt: skip
         finally:
-            for proc in procs.values():
-                proc.terminate()
-            for proc in procs.values():
-                proc.wait(timeout=60)
+            stop_all(procs.values())
     report(results, args, engine)
 
 
