@@ -54,6 +54,8 @@ class Ticket:
         self.tenant, self.weight, self.label = tenant, weight, label
         self._queued = True
         self.waited_ms = 0.0  # time spent waiting for the seat (not for a load)
+        self._reserved = 0  # output tokens charged at the seat and not generated yet
+        self.priority = 0  # inside the engine, lower first (FairQueue.standing at the seat)
 
     def _leave_queue(self) -> None:
         if self._queued:
@@ -61,14 +63,23 @@ class Ticket:
             self._admission.waiting -= 1
 
     def charge(self, *, prompt: int = 0, completion: int = 0) -> None:
-        """Tokens the engine served this request since the last call (its tenant's counter)."""
-        self._admission.fair.charge(self.tenant, prompt=prompt, completion=completion)
+        """Tokens the engine served this request since the last call (its tenant's counter;
+        output tokens already reserved at the seat are not charged twice)."""
+        reserved = min(completion, self._reserved)
+        self._reserved -= reserved
+        self._admission.fair.charge(self.tenant, prompt=prompt, completion=completion - reserved)
         self._admission.on_tokens(self.label, prompt, completion)
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
+    async def slot(self, reserve: int = 0) -> AsyncIterator[None]:
         """Wait for a seat in the engine's batch, in the fair order (``serving/fairness.py``); the
-        request then no longer counts as queued."""
+        request then no longer counts as queued.
+
+        ``reserve``: the output tokens the request may generate (its ``max_tokens``), charged
+        to its tenant as it takes the seat and given back for those it did not generate when
+        it leaves. A generation holds its seat for seconds; charged only as it streams, a
+        tenant's counter would lag what it holds, and a tenant arriving beside a flood would
+        take every seat that frees until its first answers caught up."""
         admission = self._admission
         started = time.perf_counter()
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -84,9 +95,14 @@ class Ticket:
         self.waited_ms = (time.perf_counter() - started) * 1000
         admission.on_waited(self.label, self.waited_ms / 1000)
         self._leave_queue()
+        self.priority = admission.fair.standing(self.tenant)
+        self._reserved = max(reserve, 0)
+        admission.fair.charge(self.tenant, completion=self._reserved)
         try:
             yield
         finally:
+            admission.fair.charge(self.tenant, completion=-self._reserved)  # not generated
+            self._reserved = 0
             admission._free(self.tenant)
 
 

@@ -220,3 +220,19 @@ def _check_messages(messages: Any) -> None:
 def sse(payload: dict | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
+
+
+def output_budget(body: dict[str, Any]) -> int:
+    """The most output tokens a checked body may make the engine generate (its token limit
+    times its choices and prompts); 0 when it sets no limit."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    choices = body.get("n") or 1
+    prompt = body.get("prompt")
+    prompts = (
+        len(prompt)
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+        else 1
+    )
+    if not isinstance(limit, int) or not isinstance(choices, int):
+        return 0
+    return max(limit, 0) * max(choices, 1) * prompts

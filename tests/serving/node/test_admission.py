@@ -101,3 +101,52 @@ def test_over_its_rate_a_tenant_gets_429_naming_its_rate():
         admission.check_rate(tenant_id=1, tenant_slug="acme", rpm=1)
     assert refused.value.status == 429
     assert "tenant 'acme' is over its rate of 1 requests per minute" in str(refused.value.body())
+
+
+def test_a_seat_charges_the_output_it_may_make_and_gives_back_what_it_did_not():
+    async def scenario() -> None:
+        admission = Admission(max_concurrent=1, max_queue=4)
+        with admission.queue(7) as ticket:
+            async with ticket.slot(reserve=100):
+                assert admission.fair.counter(7) == 200  # 100 output tokens, weight 2
+                ticket.charge(prompt=10, completion=30)
+                assert admission.fair.counter(7) == 210  # the prompt; the output was reserved
+            assert admission.fair.counter(7) == 70  # 10 + 2 x 30: the rest given back
+
+    asyncio.run(scenario())
+
+
+def test_a_tenant_arriving_beside_a_flood_shares_the_seats_that_free_from_then_on():
+    """Charged only as they stream, long generations would leave the newcomer's counter
+    behind for seconds and give it every seat that frees; reserved at the seat, the seats
+    alternate at once."""
+
+    async def scenario() -> list[str]:
+        admission = Admission(max_concurrent=2, max_queue=16)
+        granted: list[str] = []
+        release: dict[str, asyncio.Event] = {}
+
+        async def request(tenant: int, name: str) -> None:
+            with admission.queue(tenant) as ticket:
+                async with ticket.slot(reserve=256):
+                    granted.append(name)
+                    release[name] = asyncio.Event()
+                    await release[name].wait()
+                    ticket.charge(completion=256)  # it generated all it could
+
+        tasks = [asyncio.create_task(request(1, f"noisy{i}")) for i in range(5)]
+        await asyncio.sleep(0.01)
+        tasks += [asyncio.create_task(request(2, f"late{i}")) for i in range(3)]
+        await asyncio.sleep(0.01)
+        for _ in range(6):  # one seat frees at a time
+            release[granted[len(granted) - 2]].set()
+            await asyncio.sleep(0.01)
+        for event in release.values():
+            event.set()
+        await asyncio.gather(*tasks)
+        return granted
+
+    order = asyncio.run(scenario())
+    assert order[:2] == ["noisy0", "noisy1"]
+    tenants = [name.rstrip("0123456789") for name in order[2:8]]
+    assert tenants == ["late", "noisy", "late", "noisy", "late", "noisy"], order
