@@ -539,6 +539,10 @@ LORAHUB_ENGINE_DTYPE = env_str("LORAHUB_ENGINE_DTYPE", "float32")
 # KV cache for the engine, in MiB (vLLM on the CPU otherwise reserves whole GiB).
 LORAHUB_ENGINE_KV_CACHE_MB = env_int("LORAHUB_ENGINE_KV_CACHE_MB", 64, minimum=16)
 LORAHUB_ENGINE_MAX_MODEL_LEN = env_int("LORAHUB_ENGINE_MAX_MODEL_LEN", 512, minimum=32)
+# Tokens one engine step may take (vLLM's max_num_batched_tokens; long prompts are prefilled
+# in chunks of it). A step is as long as its tokens: a request arriving while a flood of long
+# prompts is prefilled waits at least one step for its first token (bench/noisy_neighbour.py).
+LORAHUB_ENGINE_MAX_BATCHED_TOKENS = env_int("LORAHUB_ENGINE_MAX_BATCHED_TOKENS", 256, minimum=64)
 LORAHUB_NODE_HOST = env_str("LORAHUB_NODE_HOST", "127.0.0.1")
 LORAHUB_NODE_PORT = env_int("LORAHUB_NODE_PORT", 8001, minimum=1)
 
@@ -633,7 +637,7 @@ LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
 # Seats of the engine's batch beyond MAX_CONCURRENT that only a tenant below its fair share may
 # take (apps/serving/fairness.py): a tenant flooding the node fills MAX_CONCURRENT, and
 # another's request still enters the next step. The engine's max_num_seqs is the sum.
-LORAHUB_NODE_FAIR_HEADROOM = env_int("LORAHUB_NODE_FAIR_HEADROOM", 4, minimum=0)
+LORAHUB_NODE_FAIR_HEADROOM = env_int("LORAHUB_NODE_FAIR_HEADROOM", 8, minimum=0)
 # The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.
 LORAHUB_NODE_MAX_BODY_KB = env_int("LORAHUB_NODE_MAX_BODY_KB", 4096, minimum=16)
 # A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503

@@ -5,7 +5,8 @@ Models" (Sheng et al., OSDI '24), over the node's generation seats. Pure: no clo
 Each tenant has a counter of the service it was given, in weighted tokens divided by its
 weight (``apps/tenants/shares.py``; ``charge``: input tokens count ``input_weight``, output
 tokens ``output_weight``). When a seat frees, the waiting tenant with the smallest counter
-takes it (ties: the request that has waited longest). A tenant that had nothing waiting has
+takes it (ties: the tenant running least of its share, then the request that has waited
+longest). A tenant that had nothing waiting has
 its counter lifted, when its next request arrives, to the smallest counter among the waiting
 (or, with nobody waiting, to the counter of the tenant served last): idleness is not banked.
 Work-conserving: a seat is never left empty while anyone waits, so a tenant alone gets every
@@ -16,7 +17,10 @@ runs fewer requests than its weighted share of ``seats`` among the tenants with 
 that floods the node fills the ordinary seats, and another's request still enters the engine's
 next step instead of waiting for a long generation to end. vLLM preempts nothing to make room
 in a full batch (its priority policy reorders only its own waiting queue), so the room must be
-kept before the batch is full.
+kept before the batch is full. Inside the batch, vLLM's priority policy orders the
+prefills waiting for a step's token budget by ``standing`` (how much of its share a tenant
+runs), so that a flood of long prompts admitted together does not hold back another tenant's
+first token either.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ class FairQueue:
         return False
 
     def charge(self, tenant: Hashable, *, prompt: int = 0, completion: int = 0) -> None:
-        """Tokens the engine served ``tenant`` (input at prefill, output as generated)."""
+        """Tokens the engine served ``tenant`` (input at prefill, output as generated), or
+        reserved for it; a negative count gives back a reservation not used."""
         state = self._tenants.setdefault(tenant, _Tenant())
         served = prompt * self.input_weight + completion * self.output_weight
         state.counter += served / state.weight
@@ -108,12 +113,22 @@ class FairQueue:
             backlogged = [(t, s) for t, s in backlogged if s.running < self.fair_seats(t)]
             if not backlogged:
                 return None
-        tenant, state = min(backlogged, key=lambda ts: (ts[1].counter, ts[1].waiting[0][0]))
+        tenant, state = min(
+            backlogged,
+            key=lambda ts: (ts[1].counter, self.standing(ts[0]), ts[1].waiting[0][0]),
+        )
         _, item = state.waiting.popleft()
         state.running += 1
         self.running += 1
         self._last_served = tenant
         return tenant, item
+
+    def standing(self, tenant: Hashable) -> int:
+        """How much of its fair share of the seats ``tenant`` runs, in tenths (0: none of it,
+        10: all of it): the priority of its requests inside the engine, lower first. Seats
+        decide which requests run; inside vLLM's batch, prefill still has to wait for the
+        step's token budget, and a tenant within its share goes before one above it."""
+        return int(10 * self.running_of(tenant) / max(self.fair_seats(tenant), 1e-9))
 
     def fair_seats(self, tenant: Hashable) -> float:
         """``tenant``'s weighted share of the seats among the tenants with work."""

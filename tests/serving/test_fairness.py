@@ -99,6 +99,18 @@ def test_ties_go_to_the_request_that_waited_longest():
     assert fair.next() == ("b", "b1")
 
 
+def test_ties_go_first_to_the_tenant_running_least_of_its_share():
+    """A tenant back from idle is lifted to the least counter among the waiting, a tie it
+    would otherwise lose to every request that waited longer."""
+    fair = FairQueue(2)
+    for item in ("a1", "a2", "a3"):
+        fair.arrive("a", item)
+    assert [fair.next(), fair.next()] == [("a", "a1"), ("a", "a2")]
+    fair.arrive("b", "b1")  # lifted to a's counter; a3 has waited longer
+    fair.done("a")
+    assert fair.next() == ("b", "b1")  # a runs 1 of its fair 1 seat, b none of its
+
+
 def test_the_least_served_tenant_takes_the_next_seat():
     fair = FairQueue(1)
     fair.arrive("a", "a1")
@@ -138,3 +150,17 @@ def test_a_request_that_gives_up_leaves_the_queue():
 def test_a_weight_that_is_not_positive_is_refused(weight):
     with pytest.raises(ValueError, match="weight must be above 0"):
         FairQueue(1).arrive("a", "a1", weight=weight)
+
+
+def test_a_tenant_s_standing_is_how_much_of_its_share_it_runs():
+    """The priority of its requests inside the engine: within its share before above it."""
+    fair = FairQueue(4, headroom=2)
+    for i in range(6):
+        fair.arrive("noisy", f"n{i}")
+    while fair.next() is not None:
+        pass
+    fair.arrive("quiet", "q1")
+    assert fair.standing("quiet") == 0  # nothing running yet: first inside the engine
+    assert fair.standing("noisy") == 20  # 4 seats of a fair 2 (two tenants with work)
+    assert fair.next() == ("quiet", "q1")  # a headroom seat
+    assert fair.standing("quiet") == 5  # 1 of its 2

@@ -80,7 +80,11 @@ class EngineSettings:
     max_model_len: int = 512
     kv_cache_bytes: int = 64 * 1024 * 1024
     max_num_seqs: int = 32
+    max_num_batched_tokens: int = 256
     seed: int = 0
+    # The node gives each request a priority from its tenant's standing (serving/fairness.py);
+    # with requests of one priority, vLLM's priority policy is first come, first served.
+    scheduling_policy: str = "priority"
 
     @classmethod
     def from_django_settings(cls, cache: CacheConfig | None = None) -> EngineSettings:
@@ -110,6 +114,7 @@ class EngineSettings:
             kv_cache_bytes=settings.LORAHUB_ENGINE_KV_CACHE_MB * 1024 * 1024,
             # the admission's seats and its fair-share headroom (node/admission.py)
             max_num_seqs=settings.LORAHUB_NODE_MAX_CONCURRENT + settings.LORAHUB_NODE_FAIR_HEADROOM,
+            max_num_batched_tokens=settings.LORAHUB_ENGINE_MAX_BATCHED_TOKENS,
         )
 
     def stock_server_argv(self, port: int, lora_modules: dict[str, Path]) -> list[str]:
@@ -131,6 +136,8 @@ class EngineSettings:
             f"--max-model-len={self.max_model_len}",
             f"--kv-cache-memory-bytes={self.kv_cache_bytes}",
             f"--max-num-seqs={self.max_num_seqs}",
+            f"--max-num-batched-tokens={self.max_num_batched_tokens}",
+            f"--scheduling-policy={self.scheduling_policy}",
             f"--seed={self.seed}",
             "--enable-lora",
             f"--max-loras={self.max_loras}",
@@ -194,6 +201,8 @@ class Engine:
             max_model_len=s.max_model_len,
             kv_cache_memory_bytes=s.kv_cache_bytes,
             max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            scheduling_policy=s.scheduling_policy,  # type: ignore[arg-type]
             seed=s.seed,
             enable_lora=True,
             max_loras=s.max_loras,

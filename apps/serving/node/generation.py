@@ -44,6 +44,9 @@ class Generation:
     # Called with the tokens served since the last call (prompt, completion), as the engine
     # serves them: the tenant's fair-share counter (node/admission.py).
     on_tokens: Callable[..., None] | None = None
+    # Its place among the requests waiting inside the engine (vLLM's priority policy, lower
+    # first): set by the node from the tenant's standing, never from the body.
+    priority: int = 0
     # Per choice (engine request id, choice index): how it finished, whether it said anything,
     # and its text when the request asked for JSON (``keep_text``), for the quality markers.
     keep_text: bool = False

@@ -294,7 +294,7 @@ class RequestPath:
                 # Place first: a cold load must not hold a generation slot that hot requests
                 # need (no head-of-line blocking).
                 handle = await self.place(trace)
-                await holding.enter_async_context(ticket.slot())
+                await holding.enter_async_context(ticket.slot(reserve=oai.output_budget(body)))
                 trace.queue_ms = ticket.waited_ms
                 await self.cache.enter_engine(handle.lora_id if handle else None)
                 trace.active = handle is not None
@@ -306,6 +306,7 @@ class RequestPath:
                     on_last_token=lambda: self.finishing(trace),
                     keep_text=trace.json is not None or trace.shadow is not None,
                     on_tokens=ticket.charge,
+                    priority=ticket.priority,
                 )
                 trace.generating = True
                 result = await self._generate(request, engine_request, handle, model, generation)

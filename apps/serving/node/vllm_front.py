@@ -116,7 +116,11 @@ def contract_problems() -> list[str]:
         problems.append(f"vLLM {version} is installed; lorahub is tested with {TESTED_VLLM}.x")
     contract = [
         *CONTRACT,
-        (AsyncLLM, "generate", ("prompt", "sampling_params", "request_id", "lora_request")),
+        (
+            AsyncLLM,
+            "generate",
+            ("prompt", "sampling_params", "request_id", "lora_request", "priority"),
+        ),
     ]
     for cls, name, params in contract:
         method = cls.__dict__.get(name) or getattr(cls, name, None)
@@ -154,7 +158,7 @@ class _NodeEngine:
     def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any):
         lora, _, generation = _CHOICE.get()
         kwargs["lora_request"] = lora  # the node's choice, never one vLLM's layer found
-        kwargs.pop("priority", None)  # the node's admission orders requests, not the body
+        kwargs["priority"] = generation.priority  # the tenant's standing, never the body's
         if (
             getattr(sampling_params, "output_kind", None) == RequestOutputKind.FINAL_ONLY
             and getattr(sampling_params, "n", 1) == 1
