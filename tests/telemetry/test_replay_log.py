@@ -86,3 +86,42 @@ def test_manage_py_replay_replays_an_export_with_its_holds_and_names_its_costs(t
     lru = next(line.split() for line in table.splitlines() if line.startswith("lru"))
     assert lru[1] == "25.0%"  # A's return: the one engine hit of four requests
     assert "as the node reported: L1 25.0%, L2 0.0%, L3 75.0%" in table
+
+
+@pytest.mark.django_db
+def test_manage_py_replay_seats_shows_what_a_tried_engine_weight_does_to_each_tenant_s_waits(
+    tmp_path,
+):
+    """Two tenants send ten one-second requests each at once to two seats: at equal weights
+    they wait alike; with one tenant's engine weight at 300 %, its requests go first."""
+    import io
+    import json
+
+    from django.core.management import CommandError, call_command
+
+    path = tmp_path / "log.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"at": 0.0, "version_id": v, "duration_ms": 1000.0, "tenant": tenant,
+                        "alias": "a", "version": "1", "size_bytes": 1, "priority": 1}) + "\n"
+            for _ in range(10)
+            for tenant, v in (("acme", 1), ("globex", 2))
+        )
+    )  # fmt: skip
+    seats = ["--seats", "--file", str(path), "--max-concurrent", "2", "--headroom", "0"]
+    out = io.StringIO()
+    call_command("replay", *seats, "--engine-weight", "acme=300", stdout=out)
+    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[2:]}
+    # tenant, requests, then per run: weight, p50, p95, share
+    in_force = {t: float(rows[t][3]) for t in ("acme", "globex")}  # wait p50
+    tried = {t: float(rows[t][7]) for t in ("acme", "globex")}
+    assert in_force["acme"] == in_force["globex"]
+    assert tried["acme"] < in_force["acme"] < tried["globex"]
+    assert rows["acme"][6] == "3"  # the weight tried: its tier's 1 x 300 %
+
+    for bad, says in (
+        ("acme=0", "a whole number from 1 to 10000"),
+        ("initech=200", "no tenant initech in this trace"),
+    ):
+        with pytest.raises(CommandError, match=says):
+            call_command("replay", *seats, "--engine-weight", bad, stdout=io.StringIO())

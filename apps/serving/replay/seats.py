@@ -82,3 +82,28 @@ def replay_seats(
         )
         for tenant, values in sorted(waits.items())
     ]
+
+
+def seats_table(trace: Trace, runs: dict[str, tuple[dict[int, float], list[TenantWaits]]]) -> str:
+    """Per tenant, for each named run (its weights, its waits): weight, seat-wait p50/p95 in
+    ms and share of the seat time, side by side."""
+    tenants = sorted({w.tenant for _, rows in runs.values() for w in rows})
+    by_run = {name: {w.tenant: w for w in rows} for name, (_, rows) in runs.items()}
+    head = f"{'tenant':<20}{'requests':>9}" + "".join(
+        f"  {name[:12]:>12} {'p50 ms':>8} {'p95 ms':>8} {'share':>6}" for name in runs
+    )
+    lines = [head]
+    for tenant in tenants:
+        name = trace.tenant_names.get(tenant, str(tenant))
+        any_row = next(rows[tenant] for rows in by_run.values() if tenant in rows)
+        line = f"{name[:20]:<20}{any_row.requests:>9}"
+        for run, (weights, _) in runs.items():
+            w = by_run[run].get(tenant)
+            weight = weights.get(tenant, 1.0)
+            line += f"  {weight:>12.3g} " + (
+                f"{w.wait_p50_ms:>8.1f} {w.wait_p95_ms:>8.1f} {w.seat_share:>6.3f}"
+                if w
+                else f"{'':>8} {'':>8} {'':>6}"
+            )
+        lines.append(line)
+    return "\n".join(lines) + "\n"

@@ -95,6 +95,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--policies", default=",".join(POLICIES), help=f"comma-separated, of {POLICIES}"
         )
+        fair = parser.add_argument_group(
+            "fair admission (--seats): each tenant's wait for a seat in the engine under the "
+            "weights in force and under the weights tried"
+        )
+        fair.add_argument("--seats", action="store_true", help="replay the seats, not the tiers")
+        fair.add_argument("--max-concurrent", type=int, help="default: LORAHUB_NODE_MAX_CONCURRENT")
+        fair.add_argument("--headroom", type=int, help="default: LORAHUB_NODE_FAIR_HEADROOM")
+        fair.add_argument(
+            "--engine-weight",
+            action="append",
+            default=[],
+            metavar="TENANT=PERCENT",
+            help="try this engine weight for a tenant (as on its quota page; 100: its tier's "
+            "share); repeat for more tenants",
+        )
         parser.add_argument("--sweep-l2", type=int_list, default=(), help="e.g. 4,8,16,32,64")
         parser.add_argument("--sweep-l1", type=int_list, default=(), help="e.g. 1,2,4,8")
         parser.add_argument("--per-tenant", action="store_true", help="print the tenant table")
@@ -110,6 +125,9 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         spec = self.spec(options)
         try:
+            if options["seats"]:
+                self.seats(spec, options)
+                return
             if options["tune"]:
                 self.tune(spec)
                 return
@@ -226,6 +244,59 @@ class Command(BaseCommand):
             left = len(given) < len(dataclasses.fields(Costs)) - 1  # (``source`` is no cost)
             given["source"] = f"given ({named})" + (f"; the rest {base.source}" if left else "")
         return dataclasses.replace(base, **given)
+
+    def seats(self, spec: run.Spec, options) -> None:
+        from django.conf import settings
+
+        from apps.serving.replay.seats import replay_seats, seats_table
+        from apps.tenants.models import Quota
+        from apps.tenants.shares import ENGINE_WEIGHT_RANGE, weight_of
+
+        tried: dict[str, int] = {}
+        low, high = ENGINE_WEIGHT_RANGE
+        for given in options["engine_weight"]:
+            slug, _, value = given.partition("=")
+            if not value.strip().isdigit() or not low <= int(value) <= high:
+                raise CommandError(
+                    f"--engine-weight {given!r}: write TENANT=PERCENT, a whole number from "
+                    f"{low} to {high} (100: the tenant's tier share)"
+                )
+            tried[slug.strip()] = int(value)
+        seats = options["max_concurrent"] or settings.LORAHUB_NODE_MAX_CONCURRENT
+        headroom = options["headroom"]
+        headroom = settings.LORAHUB_NODE_FAIR_HEADROOM if headroom is None else headroom
+        if seats < 1 or headroom < 0:
+            raise CommandError("--max-concurrent must be at least 1 and --headroom at least 0")
+        trace = spec.trace.build()
+        names = {t: trace.tenant_names.get(t, str(t)) for t in trace.priorities}
+        unknown = sorted(set(tried) - set(names.values()))
+        if unknown:
+            raise CommandError(
+                f"--engine-weight: no tenant {', '.join(unknown)} in this trace (it has "
+                f"{', '.join(sorted(names.values())[:10])})"
+            )
+        in_force = dict(
+            Quota.objects.filter(tenant__slug__in=names.values()).values_list(
+                "tenant__slug", "engine_weight"
+            )
+        )
+        now = {t: weight_of(p, in_force.get(names[t], 100)) for t, p in trace.priorities.items()}
+        runs = {"in force": (now, replay_seats(trace, seats=seats, headroom=headroom, weights=now))}
+        if tried:
+            weights = {
+                t: weight_of(p, tried.get(names[t], in_force.get(names[t], 100)))
+                for t, p in trace.priorities.items()
+            }
+            runs["tried"] = (
+                weights,
+                replay_seats(trace, seats=seats, headroom=headroom, weights=weights),
+            )
+        self.stdout.write(
+            f"{trace.name}: {len(trace)} requests, {seats} seats and {headroom} of headroom; a "
+            f"request holds its seat for its logged time"
+            f"{'' if trace.held_s else ' (unknown here: 1 s each)'}\n"
+        )
+        self.stdout.write(seats_table(trace, runs))
 
     def tune(self, spec: run.Spec) -> None:
         if spec.trace.source in ("db", "file"):
