@@ -252,11 +252,11 @@ def main() -> None:
     report(results, args, engine)
 
 
-def rotation(rep: int) -> list[str]:
+def rotation(rep: int, servers: tuple[str, ...] = SERVERS) -> list[str]:
     """The servers in the order repetition ``rep`` measures them: each goes first once in
-    every ``len(SERVERS)`` repetitions."""
-    k = rep % len(SERVERS)
-    return [*SERVERS[k:], *SERVERS[:k]]
+    every ``len(servers)`` repetitions."""
+    k = rep % len(servers)
+    return [*servers[k:], *servers[:k]]
 
 
 def run(args, engine, servers: dict[str, tuple[str, str, int]], mix: list[str]):

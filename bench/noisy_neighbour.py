@@ -8,21 +8,29 @@ plane for the node; static ``--lora-modules`` of the same weights for stock vLLM
 - **noisy** (standard): 32 concurrent callers, a long prompt, ``max_tokens`` 256, four
   adapters, a rate limit it never reaches;
 - **batch** (the batch tier, weight ¼): 16 concurrent callers like noisy's, one adapter,
-  arriving halfway through the flood.
+  arriving ``--seconds`` into the flood.
 
 Per server, one at a time (the others idle), the order rotated per repetition so each goes
-first once in three: quiet alone, noisy alone, then the flood (noisy and quiet from the start,
-batch from halfway). Every streamed token event counts as one token (vLLM streams one per
-step and request). Printed per server: quiet's TTFT p50/p95 and tokens/s alone and under the
-flood (the ratio), noisy's tokens/s under the flood against alone, the total tokens/s, and
-each tenant's share of the tokens per 10 s window of the flood's second half, against its
-weighted share among the backlogged tenants.
+first once in three: quiet alone, noisy alone (``--seconds`` each), then the flood (noisy and
+quiet from the start, batch from ``--seconds``, then 10 s for every seat to turn over and two
+10 s windows). Every streamed token event counts as one token (vLLM streams one per step and
+request). Printed per server: quiet's TTFT p50/p95 and tokens/s alone and under the flood (the
+ratio; p95 also before and after batch arrives), noisy's tokens/s under the flood against
+alone, the total tokens/s, and each tenant's share of the tokens in the two windows, against
+its weighted share among the backlogged tenants.
 
-Both servers get the same engine arguments (``EngineSettings``: max_num_seqs is the node's
-seats plus its fair-share headroom; 8 device slots, so that six adapters fit: the cache is not
-what is measured here).
+The reference, on the stock server after its own phases: quiet's p95 TTFT beside a full batch
+of noisy's (max_num_seqs - 2 callers), with a seat always free and its requests first in
+vLLM's priority order (they send ``priority: -1``) — the best any admission can do for
+quiet's first token on this engine without cutting running streams.
 
-Usage: .venv/bin/python bench/noisy_neighbour.py [--reps 3] [--seconds 20]
+All servers get the same engine arguments (``EngineSettings``: max_num_seqs is the node's
+seats plus its fair-share headroom, the priority policy, max_num_batched_tokens; 8 device
+slots, so that six adapters fit: the cache is not what is measured here).
+``--headroom-variant`` adds node-h0: the node with as many ordinary seats and no headroom (its
+fair order and the priority inside the engine only).
+
+Usage: .venv/bin/python bench/noisy_neighbour.py [--reps 3] [--seconds 20] [--headroom-variant]
 """
 
 from __future__ import annotations
@@ -47,6 +55,9 @@ from bench.load_mix import SERVERS, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct, prepare, stop_all, wait_ready  # noqa: E402
 
 WINDOW_S = 10.0
+# Shares are read from this long after the batch tenant arrives: a generation of noisy's lasts
+# ~8 s under the flood, so by then every seat has turned over once since it came.
+SETTLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,8 @@ class Seen:
     """What one tenant's callers saw in a phase."""
 
     ttft: list[float] = field(default_factory=list)  # ms
+    sent: list[float] = field(default_factory=list)  # when each of those requests was sent
+    gaps: list[float] = field(default_factory=list)  # ms between a stream's tokens: a step
     tokens: list[float] = field(default_factory=list)  # arrival time of each token event
     errors: int = 0
 
@@ -125,7 +138,9 @@ def prompts() -> dict[bool, str]:
     return {False: short, True: long}
 
 
-async def caller(client, url: str, key: str, load: Load, prompt: str, seen: Seen, end: float):
+async def caller(
+    client, url: str, key: str, load: Load, prompt: str, seen: Seen, end: float, priority: int
+):
     i = 0
     while time.perf_counter() < end:
         model = load.models[i % len(load.models)]
@@ -138,7 +153,10 @@ async def caller(client, url: str, key: str, load: Load, prompt: str, seen: Seen
             "temperature": 0,
             "stream": True,
         }
+        if priority:  # stock vLLM's own field (the node refuses it)
+            body["priority"] = priority
         started, first = time.perf_counter(), None
+        last = started
         try:
             async with asyncio.timeout(max(end - time.perf_counter(), 0.01)):
                 async with client.stream(
@@ -159,13 +177,25 @@ async def caller(client, url: str, key: str, load: Load, prompt: str, seen: Seen
                             if first is None:
                                 first = now
                                 seen.ttft.append((now - started) * 1000)
+                                seen.sent.append(started)
+                            else:
+                                seen.gaps.append((now - last) * 1000)
+                            last = now
         except TimeoutError:
             return  # the phase ended under this request: it is not counted as finished
 
 
-async def phase(url: str, keys: dict[str, str], plan: dict[str, float], seconds: float):
-    """``plan``: tenant -> when (s after the start) its callers begin. Returns what each
-    saw, and the start time."""
+async def phase(
+    url: str,
+    keys: dict[str, str],
+    plan: dict[str, float],
+    seconds: float,
+    callers: dict[str, int] | None = None,
+    priority: dict[str, int] | None = None,
+):
+    """``plan``: tenant -> when (s after the start) its callers begin; ``callers``: a tenant's
+    number of callers where not its load's; ``priority``: what a tenant's requests ask of
+    vLLM's priority policy (stock only). Returns what each saw, and the start time."""
     import httpx
 
     texts = prompts()
@@ -181,8 +211,17 @@ async def phase(url: str, keys: dict[str, str], plan: dict[str, float], seconds:
             key = keys.get(tenant, "none")
             await asyncio.gather(
                 *(
-                    caller(client, url, key, load, texts[load.long], seen[tenant], end)
-                    for _ in range(load.callers)
+                    caller(
+                        client,
+                        url,
+                        key,
+                        load,
+                        texts[load.long],
+                        seen[tenant],
+                        end,
+                        (priority or {}).get(tenant, 0),
+                    )
+                    for _ in range((callers or {}).get(tenant, load.callers))
                 )
             )
 
@@ -194,24 +233,40 @@ def tps(seen: Seen, start: float, seconds: float, since: float = 0.0) -> float:
     return sum(1 for t in seen.tokens if t >= start + since) / (seconds - since)
 
 
-def measure(url: str, keys: dict[str, str], seconds: float) -> dict:
+def measure(url: str, keys: dict[str, str], seconds: float, free_seat: int = 0) -> dict:
+    """The three phases; with ``free_seat`` (the engine's max_num_seqs), a fourth: the flood
+    with noisy's callers cut so that a seat is always free for quiet's two, and quiet's
+    requests first in vLLM's priority order — the best quiet's first token can do beside a
+    full batch when no running stream is cut (the reference)."""
     quiet_alone, start = asyncio.run(phase(url, keys, {"quiet": 0}, seconds))
     noisy_alone, n_start = asyncio.run(phase(url, keys, {"noisy": 0}, seconds))
-    flood_s = 2 * seconds
+    flood_s = seconds + SETTLE_S + 2 * WINDOW_S
     flood, f_start = asyncio.run(
         phase(url, keys, {"noisy": 0, "quiet": 0, "batch": seconds}, flood_s)
     )
     windows = []
-    t = f_start + seconds
+    t = f_start + seconds + SETTLE_S
     while t + WINDOW_S <= f_start + flood_s + 1e-6:
         counts = {k: sum(1 for x in s.tokens if t <= x < t + WINDOW_S) for k, s in flood.items()}
         windows.append(counts)
         t += WINDOW_S
-    return {
+    half = f_start + seconds
+    sent = list(zip(flood["quiet"].ttft, flood["quiet"].sent, strict=True))
+    before, after = [v for v, t in sent if t < half], [v for v, t in sent if t >= half]
+    row: dict = {}
+    if free_seat:
+        callers = {"noisy": free_seat - LOADS["quiet"].callers}
+        plan = {"noisy": 0, "quiet": 0}
+        reference, _ = asyncio.run(phase(url, keys, plan, seconds, callers, {"quiet": -1}))
+        row["quiet free-seat p95"] = pct(reference["quiet"].ttft, 0.95)
+    return row | {
         "quiet alone p50": pct(quiet_alone["quiet"].ttft, 0.5),
         "quiet alone p95": pct(quiet_alone["quiet"].ttft, 0.95),
+        "step in flood p50": pct(flood["noisy"].gaps, 0.5),
         "quiet flood p50": pct(flood["quiet"].ttft, 0.5),
         "quiet flood p95": pct(flood["quiet"].ttft, 0.95),
+        "quiet flood p95 1st half": pct(before, 0.95),
+        "quiet flood p95 2nd half": pct(after, 0.95),
         "quiet alone tok/s": tps(quiet_alone["quiet"], start, seconds),
         "quiet flood tok/s": tps(flood["quiet"], f_start, flood_s),
         "noisy alone tok/s": tps(noisy_alone["noisy"], n_start, seconds),
@@ -223,17 +278,32 @@ def measure(url: str, keys: dict[str, str], seconds: float) -> dict:
     }  # fmt: skip
 
 
-def start_servers(work: Path, env: dict[str, str], folders: dict[str, Path]):
+def start_servers(
+    work: Path, env: dict[str, str], folders: dict[str, Path], servers: tuple[str, ...]
+):
     from apps.serving.node.engine import EngineSettings
 
     engine = EngineSettings.from_django_settings()
-    ports = {name: free_port() for name in SERVERS}
+    ports = {name: free_port() for name in servers}
     stock_env = {k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")}
+    # node-h0: the node with no headroom and as many ordinary seats (the same max_num_seqs):
+    # fair order and priority inside the engine only
+    no_headroom = {
+        **env,
+        "LORAHUB_NODE_MAX_CONCURRENT": str(engine.max_num_seqs),
+        "LORAHUB_NODE_FAIR_HEADROOM": "0",
+        "LORAHUB_NODE_CACHE_DIR": str(work / "node-cache-h0"),
+        "LORAHUB_NODE_NAME": "node-h0",
+    }
     procs = {
-        "node": subprocess.Popen(
-            [sys.executable, "manage.py", "runnode", "--port", str(ports["node"])],
-            cwd=ROOT, env=env, stdout=(work / "node.log").open("wb"), stderr=subprocess.STDOUT,
-        ),
+        name: subprocess.Popen(
+            [sys.executable, "manage.py", "runnode", "--port", str(ports[name])],
+            cwd=ROOT, env=env if name == "node" else no_headroom,
+            stdout=(work / f"{name}.log").open("wb"), stderr=subprocess.STDOUT,
+        )
+        for name in servers
+        if name.startswith("node")
+    } | {
         **{
             name: subprocess.Popen(
                 engine.stock_server_argv(ports[name], folders), cwd=ROOT, env=stock_env,
@@ -249,7 +319,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20, help="each phase alone; flood 2x")
+    parser.add_argument(
+        "--headroom-variant",
+        action="store_true",
+        help="also node-h0: no headroom seats, as many ordinary ones (priority inside only)",
+    )
     args = parser.parse_args()
+    servers = (*SERVERS, "node-h0") if args.headroom_variant else SERVERS
     logging.getLogger("httpx").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="lorahub-noisy-") as tmp:
         work = Path(tmp)
@@ -258,24 +334,29 @@ def main() -> None:
         os.environ["LORAHUB_CACHE_CONFIG"] = str(work / "cache.yaml")
         env, _, _ = prepare(work)
         keys, folders = publish(work)
-        engine, procs, urls = start_servers(work, env, folders)
-        results: dict[str, list[dict]] = {name: [] for name in SERVERS}
+        engine, procs, urls = start_servers(work, env, folders, servers)
+        results: dict[str, list[dict]] = {name: [] for name in servers}
         try:
             for name, proc in procs.items():
-                wait_ready(urls[name], "/healthz" if name == "node" else "/health", proc, name)
-            for name in SERVERS:  # warm-up: every adapter once
-                asyncio.run(phase(urls[name], keys if name == "node" else {}, {"batch": 0}, 3))
-                asyncio.run(phase(urls[name], keys if name == "node" else {}, {"noisy": 0}, 3))
+                node = name.startswith("node")
+                wait_ready(urls[name], "/healthz" if node else "/health", proc, name)
+            for name in servers:  # warm-up: every adapter once
+                asyncio.run(phase(urls[name], keys if name.startswith("node") else {},
+                                  {"batch": 0}, 3))  # fmt: skip
+                asyncio.run(phase(urls[name], keys if name.startswith("node") else {},
+                                  {"noisy": 0}, 3))  # fmt: skip
             for rep in range(args.reps):
-                for name in rotation(rep):
-                    row = measure(urls[name], keys if name == "node" else {}, args.seconds)
+                for name in rotation(rep, servers):
+                    free_seat = engine.max_num_seqs if name == "stock" else 0
+                    row = measure(urls[name], keys if name.startswith("node") else {},
+                                  args.seconds, free_seat)  # fmt: skip
                     results[name].append(row)
                     print(f"rep {rep + 1} {name:<8}" + "  ".join(
                         f"{k} {v:.1f}" for k, v in row.items() if isinstance(v, float)
                     ), flush=True)  # fmt: skip
         finally:
             stop_all(procs.values())
-    report(results, args, engine)
+    report(results, args, engine, servers)
 
 
 def share_rows(windows: list[dict]) -> list[tuple[str, float, float]]:
@@ -294,35 +375,47 @@ def share_rows(windows: list[dict]) -> list[tuple[str, float, float]]:
     return rows
 
 
-def report(results: dict[str, list[dict]], args, engine) -> None:
+def report(results: dict[str, list[dict]], args, engine, servers: tuple[str, ...]) -> None:
     med = {name: {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "windows"}
            for name, rows in results.items()}  # fmt: skip
+    free_seat = med["stock"]["quiet free-seat p95"] / med["stock"]["quiet alone p95"]
     print(
         f"\nNoisy neighbours: {args.reps} repetitions, phases of {args.seconds:.0f} s (flood "
-        f"{2 * args.seconds:.0f} s), max_num_seqs={engine.max_num_seqs}, "
+        f"{args.seconds + SETTLE_S + 2 * WINDOW_S:.0f} s), max_num_seqs={engine.max_num_seqs}, "
+        f"max_num_batched_tokens={engine.max_num_batched_tokens}, "
         f"max_loras={engine.max_loras}; medians\n"
     )
     head = ("quiet alone p50", "quiet alone p95", "quiet flood p50", "quiet flood p95",
+            "quiet flood p95 1st half", "quiet flood p95 2nd half", "step in flood p50",
             "quiet alone tok/s", "quiet flood tok/s", "noisy alone tok/s", "noisy flood tok/s",
             "total flood tok/s", "errors")  # fmt: skip
-    print(f"{'':<26}" + "".join(f"{n:>10}" for n in SERVERS))
+    print(f"{'':<26}" + "".join(f"{n:>10}" for n in servers))
     for key in head:
-        print(f"{key:<26}" + "".join(f"{med[n][key]:>10.1f}" for n in SERVERS))
+        print(f"{key:<26}" + "".join(f"{med[n][key]:>10.1f}" for n in servers))
     print()
     stock_total = med["stock"]["total flood tok/s"]
     for label, value in (
         ("quiet p95 TTFT flood/alone", lambda m: m["quiet flood p95"] / m["quiet alone p95"]),
+        # arriving at a random moment, a request waits for the step in progress, then its
+        # own: its p95 is at least ~2 steps of the flood's batch, whatever the order
+        ("2 flood steps / alone p95", lambda m: 2 * m["step in flood p50"] / m["quiet alone p95"]),
         ("noisy tok/s flood/alone", lambda m: m["noisy flood tok/s"] / m["noisy alone tok/s"]),
         ("total tok/s / stock's", lambda m: m["total flood tok/s"] / stock_total),
     ):
-        print(f"{label:<26}" + "".join(f"{value(med[n]):>10.2f}" for n in SERVERS))
+        print(f"{label:<26}" + "".join(f"{value(med[n]):>10.2f}" for n in servers))
+    print(
+        f"\nreference: quiet's p95 TTFT beside a full batch of noisy's, with a seat always free "
+        "and its requests first in vLLM's priority order "
+        f"(stock, {engine.max_num_seqs - 2} noisy callers): "
+        f"{med['stock']['quiet free-seat p95']:.1f} ms, {free_seat:.2f}x its p95 alone"
+    )
     print("\ntoken shares in the flood's second half (batch present), all windows of all reps")
-    print(f"{'tenant':<10}" + "".join(f"{n + ' share':>14}{'fair':>7}" for n in SERVERS))
-    rows = {n: share_rows([w for r in results[n] for w in r["windows"]]) for n in SERVERS}
+    print(f"{'tenant':<10}" + "".join(f"{n + ' share':>14}{'fair':>7}" for n in servers))
+    rows = {n: share_rows([w for r in results[n] for w in r["windows"]]) for n in servers}
     for i, (tenant, _, _) in enumerate(rows["node"]):
         print(
             f"{tenant:<10}"
-            + "".join(f"{rows[n][i][1]:>14.3f}{rows[n][i][2]:>7.3f}" for n in SERVERS)
+            + "".join(f"{rows[n][i][1]:>14.3f}{rows[n][i][2]:>7.3f}" for n in servers)
         )
     print("\nper 10 s window (node): " + "; ".join(
         " ".join(f"{t} {c}" for t, c in w.items()) for r in results["node"] for w in r["windows"]
