@@ -143,3 +143,27 @@ def test_the_node_hears_of_a_request_s_last_token_once_and_only_for_one_choice()
     assert heard([1, 2, 3, 4], one_left=3) == [3]  # cumulative counts, max_tokens 4
     assert heard([1, 2, 4], one_left=3) == []  # tokens came together: nothing to hand on
     assert heard([1, 2, 3, 4], one_left=-1) == []  # n > 1, or no limit
+
+
+def test_vllm_gets_the_priority_the_node_gave_the_request_never_the_body_s():
+    """The tenant's standing (serving/fairness.py) orders the requests waiting inside the
+    engine; a priority vLLM's serving layer took from somewhere else is replaced."""
+    from types import SimpleNamespace
+
+    from apps.serving.node.generation import Generation
+    from apps.serving.node.vllm_front import _CHOICE, _NodeEngine
+
+    seen: dict = {}
+
+    class Llm:
+        def generate(self, prompt, sampling_params, request_id, **kwargs):
+            seen.update(kwargs)
+            return iter(())
+
+    token = _CHOICE.set((None, "m", Generation(priority=7)))
+    try:
+        params = SimpleNamespace(output_kind=None, n=1, max_tokens=4)
+        _NodeEngine(Llm()).generate("p", params, "r1", priority=-100)
+    finally:
+        _CHOICE.reset(token)
+    assert seen["priority"] == 7
