@@ -91,7 +91,9 @@ class ShapedS3:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"the S3 server in {self.netns} exited ({self._proc.returncode})")
+                raise RuntimeError(
+                    f"the S3 server in {self.netns} exited ({self._proc.returncode})"
+                )
             with contextlib.suppress(OSError), socket.create_connection((self._s3_ip, 9000), 0.5):
                 return
             time.sleep(0.1)
