@@ -23,6 +23,7 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -420,24 +421,27 @@ def build_extra_adapters(*, demo_dir: Path, count: int, seed: int = 7) -> list[P
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         save_file(tensors, tmp / "adapter_model.safetensors")
-        (tmp / "adapter_config.json").write_text(
-            json.dumps(
-                {
-                    "base_model_name_or_path": corpus.BASE_MODEL_NAME,
-                    "revision": corpus.BASE_MODEL_REVISION,
-                    "peft_type": "LORA",
-                    "task_type": "CAUSAL_LM",
-                    "r": rank,
-                    "lora_alpha": 2 * rank,
-                    "lora_dropout": 0.0,
-                    "bias": "none",
-                    "target_modules": sorted(out_features),
-                    "fan_in_fan_out": False,
-                    "inference_mode": True,
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        (tmp / "adapter_config.json").write_text(peft_config(rank, out_features))
         tmp.rename(out_dir)
     return made
+
+
+def peft_config(rank: int, modules: Iterable[str]) -> str:
+    """``adapter_config.json`` of an untrained adapter for the platform's base model."""
+    return json.dumps(
+        {
+            "base_model_name_or_path": corpus.BASE_MODEL_NAME,
+            "revision": corpus.BASE_MODEL_REVISION,
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": rank,
+            "lora_alpha": 2 * rank,
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "target_modules": sorted(modules),
+            "fan_in_fan_out": False,
+            "inference_mode": True,
+        },
+        indent=2,
+        sort_keys=True,
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.demo import corpus
+from apps.demo.assets import peft_config
 
 SEED_SHAPE: dict[str, Any] = {
     "hidden_size": 1024,
@@ -142,7 +142,7 @@ def build_seed_profile(
             shutil.rmtree(folder, ignore_errors=True)
             tmp.mkdir(parents=True)
             save_file(tensors, tmp / "adapter_model.safetensors")
-            (tmp / "adapter_config.json").write_text(_peft_config(rank))
+            (tmp / "adapter_config.json").write_text(peft_config(rank, PROJECTIONS))
             tmp.rename(folder)
         result.ranks[name] = rank
         result.sizes[name] = sum(p.stat().st_size for p in folder.iterdir())
@@ -150,23 +150,3 @@ def build_seed_profile(
     result.seconds = time.perf_counter() - started
     marker.write_text(json.dumps({**wanted, "sizes": result.sizes}, indent=1))
     return result
-
-
-def _peft_config(rank: int) -> str:
-    return json.dumps(
-        {
-            "base_model_name_or_path": corpus.BASE_MODEL_NAME,
-            "revision": corpus.BASE_MODEL_REVISION,
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "r": rank,
-            "lora_alpha": 2 * rank,
-            "lora_dropout": 0.0,
-            "bias": "none",
-            "target_modules": sorted(PROJECTIONS),
-            "fan_in_fan_out": False,
-            "inference_mode": True,
-        },
-        indent=2,
-        sort_keys=True,
-    )

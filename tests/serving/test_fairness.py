@@ -122,12 +122,17 @@ def test_the_least_served_tenant_takes_the_next_seat():
     assert fair.next() == ("b", "b1")  # a has been served since, b has not
 
 
-def test_a_flooding_tenant_leaves_headroom_seats_to_the_others():
-    fair = FairQueue(4, headroom=1)
-    for i in range(10):
+def flooded(fair: FairQueue, requests: int) -> FairQueue:
+    """``fair`` with tenant noisy's ``requests`` sent and seated as far as they go."""
+    for i in range(requests):
         fair.arrive("noisy", f"n{i}")
     while fair.next() is not None:
         pass
+    return fair
+
+
+def test_a_flooding_tenant_leaves_headroom_seats_to_the_others():
+    fair = flooded(FairQueue(4, headroom=1), 10)
     assert fair.running_of("noisy") == 4  # alone: every ordinary seat, not the headroom
     fair.arrive("quiet", "q1")
     assert fair.next() == ("quiet", "q1")  # at once, without waiting for a noisy seat
@@ -154,11 +159,7 @@ def test_a_weight_that_is_not_positive_is_refused(weight):
 
 def test_a_tenant_s_standing_is_how_much_of_its_share_it_runs():
     """The priority of its requests inside the engine: within its share before above it."""
-    fair = FairQueue(4, headroom=2)
-    for i in range(6):
-        fair.arrive("noisy", f"n{i}")
-    while fair.next() is not None:
-        pass
+    fair = flooded(FairQueue(4, headroom=2), 6)
     fair.arrive("quiet", "q1")
     assert fair.standing("quiet") == 0  # nothing running yet: first inside the engine
     assert fair.standing("noisy") == 20  # 4 seats of a fair 2 (two tenants with work)
