@@ -112,7 +112,8 @@ def main() -> None:
     build = SEED_DIR / "BUILD.json"
     if not build.exists():
         sys.exit("no seed profile: run manage.py build_demo_assets --profile seed first")
-    ranks: dict[str, int] = json.loads(build.read_text())["ranks"]
+    built = json.loads(build.read_text())
+    ranks = dict(zip(sorted(built["sizes"]), built["ranks"], strict=True))  # seed-000 …
     names = sorted(ranks)[: args.adapters]
     folders = [SEED_DIR / "adapters" / name for name in names]
     sizes = [sum(p.stat().st_size for p in f.iterdir()) / (1 << 20) for f in folders]
