@@ -8,8 +8,11 @@ seed-scale figure is read against (issue 53).
 - **L3** (local disk), cold and warm: the adapter's files dropped from the page cache with
   ``posix_fadvise(POSIX_FADV_DONTNEED)`` (after ``fsync``, so no dirty page stays) before a
   cold read; read again at once for a warm one.
-- **L2** (host → engine): vLLM's own add of the adapter from a warm disk (``LLM.llm_engine``'s
-  ``add_lora``), with ``--engine``: the engine starts on the seed base (tens of seconds).
+- **L2** (host → engine): vLLM's own add of the adapter from a warm disk (``AsyncLLM``'s
+  ``add_lora``), with ``--engine``: the engine starts on the seed base (tens of seconds). And
+  what an add does to requests already generating: the longest gap between a running
+  stream's tokens while an add is under way, against the median gap (the seed's
+  "synchronous on the primary thread").
 
 Needs the profile: ``manage.py build_demo_assets --profile seed``. Needs root (``ip netns``).
 
@@ -19,6 +22,8 @@ Usage: .venv/bin/python bench/seed_floors.py [--adapters 6] [--engine]
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -82,24 +87,61 @@ def s3_floors(rate_mbit: int, first_byte_ms: float, size_mb: int) -> dict[str, f
 
 
 def engine_floors(folders: list[Path], ranks: dict[str, int]) -> dict[str, float]:
-    from vllm import LLM
+    return asyncio.run(_engine_floors(folders, max(ranks.values())))
+
+
+async def _stream(llm, request_id: str, arrivals: list[float]) -> None:
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=120, temperature=0, ignore_eos=True)
+    async for _ in llm.generate("a seed-scale request", params, request_id):
+        arrivals.append(time.perf_counter())
+
+
+async def _add(llm, request, arrivals: list[float], adding: list[float]) -> None:
+    while len(arrivals) < 40:  # the stream is well under way
+        await asyncio.sleep(0.005)
+    adding.append(time.perf_counter())
+    await llm.add_lora(request)
+    adding.append(time.perf_counter())
+
+
+async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]:
+    from vllm import AsyncEngineArgs
     from vllm.lora.request import LoRARequest
+    from vllm.v1.engine.async_llm import AsyncLLM
 
     base = SEED_DIR / "base-model"
-    llm = LLM(
+    args = AsyncEngineArgs(
         model=str(base), tokenizer=str(base), dtype="float32", max_model_len=512,
         kv_cache_memory_bytes=128 << 20, enable_lora=True, max_loras=2,
-        max_cpu_loras=len(folders) + 1, max_lora_rank=max(ranks.values()), max_num_seqs=8,
+        max_cpu_loras=len(folders) + 1, max_lora_rank=max_rank, max_num_seqs=8,
         enable_prefix_caching=False,
     )  # fmt: skip
-    per_mb = []
-    for i, folder in enumerate(folders, start=1):
-        mb = sum(p.stat().st_size for p in folder.iterdir()) / (1 << 20)
-        read_folder(folder)  # warm: what is timed is the engine's own add
-        started = time.perf_counter()
-        llm.llm_engine.add_lora(LoRARequest(folder.name, i, str(folder)))
-        per_mb.append((time.perf_counter() - started) * 1000 / mb)
-    return {"add ms per MB": statistics.median(per_mb)}
+    llm = AsyncLLM.from_engine_args(args)
+    try:
+        per_mb, stalls, gaps = [], [], []
+        for i, folder in enumerate(folders, start=1):
+            mb = sum(p.stat().st_size for p in folder.iterdir()) / (1 << 20)
+            read_folder(folder)  # warm: what is timed is the engine's own add
+            arrivals: list[float] = []
+            adding: list[float] = []
+            request = LoRARequest(folder.name, i, str(folder))
+            await asyncio.gather(
+                _stream(llm, f"s{i}", arrivals), _add(llm, request, arrivals, adding)
+            )
+            per_mb.append((adding[1] - adding[0]) * 1000 / mb)
+            pairs = list(itertools.pairwise(arrivals))
+            gaps.append(statistics.median((b - a) * 1000 for a, b in pairs))
+            during = [(b - a) * 1000 for a, b in pairs if b >= adding[0] and a <= adding[1]]
+            stalls.append(max(during, default=0.0))
+        return {
+            "add ms per MB": statistics.median(per_mb),
+            "step ms": statistics.median(gaps),
+            "longest step during an add ms": statistics.median(stalls),
+        }
+    finally:
+        llm.shutdown()
 
 
 def main() -> None:
