@@ -142,6 +142,7 @@ async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]
         }
     finally:
         llm.shutdown()
+        del llm  # now, not in the interpreter's exit (vLLM's __del__ shuts down again)
 
 
 def main() -> None:
