@@ -280,16 +280,19 @@ class Command(BaseCommand):
                 "tenant__slug", "engine_weight"
             )
         )
-        now = {t: weight_of(p, in_force.get(names[t], 100)) for t, p in trace.priorities.items()}
-        runs = {"in force": (now, replay_seats(trace, seats=seats, headroom=headroom, weights=now))}
-        if tried:
-            weights = {
-                t: weight_of(p, tried.get(names[t], in_force.get(names[t], 100)))
-                for t, p in trace.priorities.items()
+
+        def weights(percent: dict[str, int]) -> dict[int, float]:
+            return {
+                t: weight_of(p, percent.get(names[t], 100)) for t, p in trace.priorities.items()
             }
-            runs["tried"] = (
-                weights,
-                replay_seats(trace, seats=seats, headroom=headroom, weights=weights),
+
+        plans = {"in force": in_force, **({"tried": in_force | tried} if tried else {})}
+        runs = {}
+        for run_name, percent in plans.items():
+            chosen = weights(percent)
+            runs[run_name] = (
+                chosen,
+                replay_seats(trace, seats=seats, headroom=headroom, weights=chosen),
             )
         self.stdout.write(
             f"{trace.name}: {len(trace)} requests, {seats} seats and {headroom} of headroom; a "
