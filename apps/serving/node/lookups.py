@@ -4,8 +4,10 @@ Lookups on the request path are dictionary reads, on the node's event loop (``ca
 A miss reads the database once, in a worker thread, and caches the answer (including "no
 such key"). Entries are dropped when a change broadcast names them
 (``apps/tenants/events.py``), and everything is reloaded by a periodic full refresh, the safety
-net for a lost message. Every other method is synchronous and may touch the database: the
-node calls those from a worker thread, never from its event loop.
+net for a lost message (it re-reads the keys it knows rather than forgetting them, so the
+node keeps its callers through a database outage that follows it). Every other method is
+synchronous and may touch the database: the node calls those from a worker thread, never
+from its event loop.
 """
 
 from __future__ import annotations
@@ -86,7 +88,35 @@ class Expired:
 
 
 def _digest(plaintext: str) -> str:
+    """The key's SHA-256, which is also what the database keeps (``ApiKey.key_hash``)."""
     return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def _caller_of(key: ApiKey, quota: Quota) -> Caller:
+    return Caller(
+        key_prefix=key.prefix,
+        tenant_id=key.tenant_id,
+        tenant_slug=key.tenant.slug,
+        priority=key.tenant.priority,
+        requests_per_minute=quota.requests_per_minute,
+        max_hot_adapters=quota.max_hot_adapters,
+        max_warm_adapters=quota.max_warm_adapters,
+        engine_weight=quota.engine_weight,
+        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+    )
+
+
+def _reread_callers(digests: list[str]) -> dict[str, Caller | float]:
+    """The callers behind these key digests as the database has them now: a revoked or
+    deleted key is left out (its next call asks the database and is refused)."""
+    keys = ApiKey.objects.active().select_related("tenant").filter(key_hash__in=digests)
+    quotas: dict[int, Quota] = {}
+    callers: dict[str, Caller | float] = {}
+    for key in keys:
+        if key.tenant_id not in quotas:
+            quotas[key.tenant_id] = tenant_services.get_quota(key.tenant)
+        callers[key.key_hash] = _caller_of(key, quotas[key.tenant_id])
+    return callers
 
 
 class Lookups:
@@ -134,18 +164,7 @@ class Lookups:
             if generation == self._generation:
                 self._callers[digest] = time.monotonic()
             return None
-        quota = tenant_services.get_quota(key.tenant)
-        caller = Caller(
-            key_prefix=key.prefix,
-            tenant_id=key.tenant_id,
-            tenant_slug=key.tenant.slug,
-            priority=key.tenant.priority,
-            requests_per_minute=quota.requests_per_minute,
-            max_hot_adapters=quota.max_hot_adapters,
-            max_warm_adapters=quota.max_warm_adapters,
-            engine_weight=quota.engine_weight,
-            expires_at=key.expires_at.timestamp() if key.expires_at else None,
-        )
+        caller = _caller_of(key, tenant_services.get_quota(key.tenant))
         if generation == self._generation:
             self._callers[digest] = caller
         return caller
@@ -198,16 +217,20 @@ class Lookups:
         self._aliases.clear()
 
     def full_refresh(self) -> None:
-        """Reload every alias and forget every key; the safety net for lost broadcasts."""
+        """Reload every alias and re-read every known key; the safety net for lost
+        broadcasts. Known keys are re-read, not forgotten: a refresh just before the database
+        goes away must not leave the node without the callers it was serving."""
         with self._lock:
             self._generation += 1
             generation = self._generation
+            known = [d for d, c in self._callers.items() if isinstance(c, Caller)]
         loaded = snapshots.load_all_alias_snapshots()
+        callers = _reread_callers(known)
         with self._lock:
-            self._callers.clear()
             if generation != self._generation:  # a change arrived while loading: drop all
-                self._aliases.clear()
+                self._drop_all()
                 return
+            self._callers = callers
             self._aliases = {(s.tenant_id, s.name): s for s in loaded}
             self.refreshed_at = time.monotonic()
         close_old_connections()
