@@ -5,13 +5,23 @@ wait: the task is the record's ``loading``), and bounded: at most ``max_concurre
 downloads from the registry and ``max_concurrent_loads`` engine adds run at once, and at most
 ``max_pending`` versions may be loading or queued. A request that finds the queue full waits
 for room (within its deadline) or is refused, as its tenant tier decides (``manager.py``).
+
+Adapters differ in size fourfold and more (rank 8 to 128; 20 to 80 MB at the seeds' scale),
+and a fetch or an engine add costs in proportion. In arrival order, a small adapter queued
+behind a few large ones waits for all their bytes. So a freed slot goes to the smallest
+waiting version (shortest job first, which minimises the mean wait), and a version passed
+over ``MAX_PASSED`` times goes next whatever its size: a large adapter waits for at most that
+many smaller loads, so neither starves the other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from apps.serving.cache.versions import CachedVersion
@@ -19,10 +29,66 @@ from apps.serving.cache.versions import CachedVersion
 logger = logging.getLogger(__name__)
 
 
+MAX_PASSED = 4  # a waiting load is passed over by at most this many smaller ones
+
+
+@dataclass(order=True)
+class _Waiter:
+    size_bytes: int
+    arrival: int  # ties: the first to arrive
+    passed: int = field(default=0, compare=False)
+    woken: asyncio.Future[None] = field(default_factory=asyncio.Future, compare=False)
+
+
+class SizedSlots:
+    """``slots`` loads at once; a freed slot goes to the smallest waiting load, or to one
+    passed over ``MAX_PASSED`` times (the oldest of those). Pure asyncio."""
+
+    def __init__(self, slots: int) -> None:
+        self.free = slots
+        self.waiting: list[_Waiter] = []
+        self._arrivals = itertools.count()
+
+    @asynccontextmanager
+    async def slot(self, size_bytes: int) -> AsyncIterator[None]:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+        else:
+            waiter = _Waiter(size_bytes, next(self._arrivals))
+            self.waiting.append(waiter)
+            try:
+                await waiter.woken  # woken with its slot already counted
+            except asyncio.CancelledError:
+                if waiter in self.waiting:
+                    self.waiting.remove(waiter)
+                elif not waiter.woken.cancelled():
+                    self._release()  # the slot it was handed goes on
+                raise
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        live = [w for w in self.waiting if not w.woken.done()]
+        if not live:
+            self.waiting = []
+            self.free += 1
+            return
+        overdue = [w for w in live if w.passed >= MAX_PASSED]
+        chosen = min(overdue, key=lambda w: w.arrival) if overdue else min(live)
+        live.remove(chosen)
+        for waiter in live:
+            if waiter.arrival < chosen.arrival:
+                waiter.passed += 1
+        self.waiting = live
+        chosen.woken.set_result(None)
+
+
 class LoadQueue:
     def __init__(self, *, max_fetches: int, max_loads: int, max_pending: int) -> None:
-        self.fetch_slots = asyncio.Semaphore(max_fetches)
-        self.load_slots = asyncio.Semaphore(max_loads)
+        self.fetch_slots = SizedSlots(max_fetches)
+        self.load_slots = SizedSlots(max_loads)
         self.max_pending = max_pending
         self._limits = (max_fetches, max_loads)
         self.members: dict[int, CachedVersion] = {}  # loading (``record.loading`` is set)
@@ -31,8 +97,8 @@ class LoadQueue:
     def resize(self, *, max_fetches: int, max_loads: int, max_pending: int) -> None:
         """New limits; loads under way finish on the old semaphores."""
         if (max_fetches, max_loads) != self._limits:
-            self.fetch_slots = asyncio.Semaphore(max_fetches)
-            self.load_slots = asyncio.Semaphore(max_loads)
+            self.fetch_slots = SizedSlots(max_fetches)
+            self.load_slots = SizedSlots(max_loads)
             self._limits = (max_fetches, max_loads)
         self.max_pending = max_pending
 

@@ -282,10 +282,10 @@ class CacheManager:
         if self.disk.has(resolved):  # an L3 check is cheap: no fetch slot needed
             found = await offload.run(self.land, resolved)
         else:
-            async with self.loads.fetch_slots:  # the download runs in another process
+            async with self.loads.fetch_slots.slot(resolved.size_bytes):  # in another process
                 found = await offload.run(self.land, resolved)
         tier, timings = found.found_in, found.timings
-        async with self.loads.load_slots:
+        async with self.loads.load_slots.slot(resolved.size_bytes):
             removals = await self._make_room(owner, incoming=resolved.size_bytes)
             # its place is counted from here until it is a resident (below), so that loads
             # running beside it make room for it too
