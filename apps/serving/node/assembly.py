@@ -100,6 +100,7 @@ class Node:
             metrics=metrics,
             stats=stats,
         )
+        self.requests.demand.on_prefetch = metrics.prefetches.inc
         self._add_shadows()
         self.internal = InternalApi(
             engine=self.engine,
@@ -218,6 +219,7 @@ class Node:
         spawn(self._watch_engine(), name="engine-watchdog")
         spawn(self.changes.refresh_periodically(), name="full-refresh")
         spawn(self._expire_idle(), name="l2-ttl")
+        spawn(self.requests.demand.run(self.cache, lambda: self.engine.is_ready), name="prefetch")
         spawn(
             self.changes.listen() if settings.LORAHUB_EVENTS_URL else self.changes.poll(),
             name="changes",

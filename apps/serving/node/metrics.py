@@ -56,6 +56,11 @@ class NodeMetrics:
         self.evictions = Counter(
             "adapter_eviction_count", "Adapters evicted, by tier", ["tier"], registry=r
         )
+        self.prefetches = Counter(
+            "adapter_prefetches",
+            "Loads started ahead of demand, for versions whose request rate is rising",
+            registry=r,
+        )
         self.version_mismatch = Counter(
             "adapter_version_mismatch",
             "Requests refused because the version's base revision differs from the node's",

@@ -31,6 +31,7 @@ from apps.serving.node import errors, record, streaming
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.admission import Admission
 from apps.serving.node.config_in_force import ConfigInForce
+from apps.serving.node.demand import Demand
 from apps.serving.node.engine import (
     Engine,
     EngineDied,
@@ -79,6 +80,7 @@ class RequestPath:
         self.shadows: Shadows | None = None  # set by the assembly: it answers through here
         self.seams = Seams()  # faults a test injects (LORAHUB_TEST_SEAMS only)
         self.shadow_headroom = 0  # slots a shadow copy leaves free for callers (its budget)
+        self.demand = Demand()  # what is asked for, for prefetch ahead of demand (demand.py)
 
     # --- steps 1-3 -------------------------------------------------------------------------
 
@@ -175,6 +177,7 @@ class RequestPath:
             warm_quota=caller.max_warm_adapters,
             hot_quota=caller.max_hot_adapters,
         )
+        self.demand.arrived(trace.resolved, owner)
         try:
             placed: Placed = await self.cache.activate(
                 trace.resolved,

@@ -664,3 +664,35 @@ def test_a_large_load_passed_over_too_often_goes_next_whatever_its_size():
     run(scenario())
     assert order.index("large") == 1 + MAX_PASSED, order  # after MAX_PASSED smaller ones
     assert len(order) == MAX_PASSED + 5
+
+
+def test_a_version_whose_demand_rises_is_loaded_before_its_next_request(world):
+    """Prefetch from demand (``node/demand.py``): a version asked for more and more often
+    is brought back into the engine ahead of its next request; one asked for at a steady
+    rate, or too rarely to be a trend, is left to its requests."""
+    from apps.serving.node.demand import LONG_S, MIN_REQUESTS, Demand
+
+    cache, engine, version = world
+    now = [1000.0]
+    demand = Demand(clock=lambda: now[0])
+    owner = Owner(tenant_id=1)
+    for t in range(0, int(LONG_S), 10):  # version 2: one request every 10 s, for long
+        now[0] = 1000.0 + t
+        demand.arrived(version(2), owner)
+    now[0] = 1000.0 + LONG_S
+    for _ in range(MIN_REQUESTS):  # version 1: nothing, then a burst
+        demand.arrived(version(1), owner)
+        now[0] += 1
+    demand.arrived(version(3), owner)  # version 3: one request is not a trend
+
+    assert [r.version_id for r, _ in demand.rising()] == [1]
+
+    async def scenario():
+        started = await demand.prefetch(cache)
+        await cache.versions.get(1).loading
+        return started
+
+    assert run(scenario()) == 1
+    assert engine.adds == [1]
+    assert cache.versions.get(1).engine is not None
+    assert run(demand.prefetch(cache)) == 0, "a version in the engine was loaded again"
