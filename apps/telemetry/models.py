@@ -22,6 +22,9 @@ class RequestLog(models.Model):
     tier = models.CharField(max_length=8, blank=True)  # L1..L4, base, or "" if never placed
     degraded = models.BooleanField(default=False)
     load_ms = models.FloatField(default=0)
+    # the load's own work (fetch, verify or check, engine add), without waits for a load
+    # slot; null when the request caused no load: the replay's per-tier costs (requestlog.py)
+    load_work_ms = models.FloatField(null=True)
     queue_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True)
     total_ms = models.FloatField(default=0)

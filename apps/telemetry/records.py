@@ -18,6 +18,7 @@ class RequestRecord:
     error: str = ""
     degraded: bool = False
     load_ms: float = 0.0
+    load_work_ms: float | None = None  # fetch, verify or check, add: without slot waits
     queue_ms: float = 0.0
     ttft_ms: float | None = None
     total_ms: float = 0.0

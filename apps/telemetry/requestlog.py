@@ -93,12 +93,65 @@ def trace_from_log(*, since_hours: float = 24.0, tenant: str | None = None) -> T
     )
 
 
+MB = 1048576
+MIN_LOADS = 5  # loads of a tier before its measured cost replaces the default
+
+
+def fit_cost(loads: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """``(fixed ms, ms per MB)`` of a tier from its loads' ``(bytes, ms)``: a line through
+    each version's median (weighted by its loads), so one slow load does not tilt it. With
+    sizes too alike to tell a slope (spread under 10 %) or a slope below 0, the median alone
+    (per MB 0). None with fewer than ``MIN_LOADS`` loads."""
+    if len(loads) < MIN_LOADS:
+        return None
+    by_size: dict[int, list[float]] = {}
+    for size, took in loads:
+        by_size.setdefault(size, []).append(took)
+    mb = np.array([size / MB for size in by_size])
+    ms = np.array([float(np.median(v)) for v in by_size.values()])
+    weight = np.array([len(v) for v in by_size.values()], dtype=float)
+    median = float(np.median([m for _, m in loads]))
+    if len(mb) < 2 or np.ptp(mb) < 0.1 * max(float(mb.mean()), 1e-9):
+        return median, 0.0
+    per_mb, fixed = (float(x) for x in np.polyfit(mb, ms, 1, w=np.sqrt(weight)))
+    if per_mb < 0:
+        return median, 0.0
+    return max(float(fixed), 0.0), float(per_mb)
+
+
+def _measured_loads(since) -> dict[str, list[tuple[int, float]]]:
+    """Each logged load's version size and own work (``load_work_ms``), by tier."""
+    rows = RequestLog.objects.filter(
+        at__gte=since, tier__in=("L3", "L4"), load_work_ms__gt=0
+    ).values_list("tier", "tenant_id", "adapter_id", "version", "load_work_ms")
+    sizes: dict[tuple, int] = {}
+    loads: dict[str, list[tuple[int, float]]] = {"L3": [], "L4": []}
+    for tier, tenant_id, adapter_id, version, ms in rows[:100_000]:
+        key = (tenant_id, adapter_id, version)
+        if key not in sizes:
+            sizes[key] = (
+                AdapterVersion.objects.filter(
+                    adapter__tenant_id=tenant_id, adapter__adapter_id=adapter_id, version=version
+                )
+                .values_list("size_bytes", flat=True)
+                .first()
+                or 0
+            )
+        if sizes[key] and ms is not None:
+            loads[tier].append((sizes[key], float(ms)))
+    return loads
+
+
 def costs_from_log(*, since_hours: float = 24.0, base: Costs | None = None) -> Costs:
-    """Per-tier load costs as the nodes measured them: the median load time of L3 and of L4
-    loads from the platform-wide load histograms over the window (a fixed cost per tier;
-    per-MB terms set to 0), and the median TTFT of L1 hits in the request log as the base
-    TTFT. Tiers the nodes have not measured keep ``base``'s (default: ``Costs()``, the
-    medians of bench/load_tiers.py)."""
+    """Per-tier load costs as the nodes measured them.
+
+    Where the request log has the loads' own work (``load_work_ms``: fetch, verify or check,
+    engine add, without waits for a slot, which the replay models itself) for at least
+    ``MIN_LOADS`` loads of a tier, its cost is fixed + per MB fitted to them (``fit_cost``):
+    L3 = check + add; L4 = the landing (its fixed part is the first byte and the request's
+    overhead) on top of L3's. Else the median of the platform-wide load histograms (fixed
+    only). The base TTFT is the median TTFT of L1 hits. Tiers the nodes have not measured keep
+    ``base``'s (default: ``Costs()``, the medians of bench/load_tiers.py)."""
     base = base or Costs()
     since = datetime.now(UTC) - timedelta(hours=since_hours)
     # hourly rows: the whole window at most a few hours coarse at its start, 2,160 rows for
@@ -114,16 +167,35 @@ def costs_from_log(*, since_hours: float = 24.0, base: Costs | None = None) -> C
     hits = RequestLog.objects.filter(at__gte=since, tier="L1", status=200, ttft_ms__isnull=False)
     ttfts = [float(v) for v in hits.values_list("ttft_ms", flat=True)[:100_000] if v is not None]
     ttft = float(np.median(ttfts)) if ttfts else None
-    l3, l4 = median_load("l3"), median_load("l4")
-    l3_fixed = l3 if l3 is not None else base.l3_ms
-    measured = [what for what, v in (("L1 TTFT", ttft), ("L3", l3), ("L4", l4)) if v is not None]
+    loads = _measured_loads(since)
+    fitted = {tier: fit_cost(loads[tier]) for tier in ("L3", "L4")}
+    l3_hist, l4_hist = median_load("l3"), median_load("l4")
+    if fitted["L3"] is not None:
+        l3 = fitted["L3"]
+    elif l3_hist is not None:
+        l3 = (l3_hist, 0.0)
+    else:
+        l3 = (base.l3_ms, base.l3_ms_per_mb)
+    if fitted["L4"] is not None:  # the landing, on top of L3's check and add
+        fixed, per_mb = fitted["L4"]
+        l4 = (max(fixed - l3[0], 0.0), max(per_mb - l3[1], 0.0))
+    elif l4_hist is not None:
+        l4 = (max(l4_hist - l3[0], 0.0), 0.0)
+    else:
+        l4 = (base.l4_ms, base.l4_ms_per_mb)
+    measured = ["L1 TTFT"] if ttft is not None else []
+    for tier, histogram in (("L3", l3_hist), ("L4", l4_hist)):
+        if fitted[tier] is not None:
+            measured.append(f"{tier} fitted to {len(loads[tier])} loads' bytes and times")
+        elif histogram is not None:
+            measured.append(f"{tier} from the load histograms")
     return Costs(
         base_ttft_ms=ttft if ttft is not None else base.base_ttft_ms,
         l2_ms=base.l2_ms,
-        l3_ms=l3 if l3 is not None else base.l3_ms,
-        l3_ms_per_mb=0.0 if l3 is not None else base.l3_ms_per_mb,
-        l4_ms=max(l4 - l3_fixed, 0.0) if l4 is not None else base.l4_ms,
-        l4_ms_per_mb=0.0 if l4 is not None else base.l4_ms_per_mb,
+        l3_ms=l3[0],
+        l3_ms_per_mb=l3[1],
+        l4_ms=l4[0],
+        l4_ms_per_mb=l4[1],
         source=(
             f"measured by the nodes over the last {since_hours:g} h ({', '.join(measured)})"
             + ("" if len(measured) == 3 else "; the rest bench/load_tiers.py's")

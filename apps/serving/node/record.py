@@ -27,6 +27,7 @@ class RequestTrace:
     resolved: ResolvedVersion | None = None
     tier: str = ""
     load_ms: float = 0.0
+    load_work_ms: float | None = None  # the load's own work, without waits for a slot
     queue_ms: float = 0.0
     ttft_ms: float | None = None
     degraded: bool = False  # the base model answered: the adapter could not load in time
@@ -118,6 +119,7 @@ def statistics_row(trace: RequestTrace, status: int, error: str) -> RequestRecor
         status=status,
         error=error,
         load_ms=trace.load_ms,
+        load_work_ms=trace.load_work_ms,
         queue_ms=trace.queue_ms,
         ttft_ms=trace.ttft_ms,
         total_ms=(time.perf_counter() - trace.started) * 1000,

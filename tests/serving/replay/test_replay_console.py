@@ -169,3 +169,45 @@ def test_the_replay_takes_the_load_costs_the_nodes_measured_and_says_so(tenant_a
     report = execute(Spec(trace=TraceSpec(requests=500), policies=("weighted",), costs=costs))
     assert "load costs: base TTFT 20 ms" in policy_table(report)
     assert "measured by the nodes" in policy_table(report)
+
+
+def test_the_replay_fits_each_tier_s_cost_to_the_loads_bytes_and_times(tenant_a):
+    """With the loads' own work logged (no waits for a load slot), a tier's cost is fixed +
+    per MB, fitted to the sizes of the versions loaded: at the seeds' scale sizes differ
+    2-4x and so do their loads. L4's is the landing on top of L3's check and add."""
+    from datetime import UTC, datetime
+
+    from apps.registry.models import Adapter, AdapterVersion
+    from apps.telemetry.records import RequestRecord
+    from apps.telemetry.requestlog import costs_from_log, fit_cost
+    from apps.telemetry.writers import write_records
+
+    mb = 1 << 20
+    adapter = Adapter.objects.create(tenant=tenant_a, adapter_id="seed")
+    sizes = {"1": 20, "2": 40, "3": 80}  # MB
+    for version, size in sizes.items():
+        AdapterVersion.objects.create(adapter=adapter, version=version, size_bytes=size * mb)
+    now = datetime.now(UTC)
+
+    def load(tier: str, version: str, work_ms: float) -> RequestRecord:
+        return RequestRecord(
+            tenant_id=tenant_a.id, at=now, alias="seed", adapter_id="seed", version=version,
+            tier=tier, status=200, ttft_ms=work_ms + 30, load_ms=work_ms + 50,
+            load_work_ms=work_ms,
+        )  # fmt: skip
+
+    rows = []
+    for version, size in sizes.items():
+        for noise in (-1.0, 0.0, 1.0, 40.0):  # one slow load per version: the median holds
+            rows.append(load("L3", version, 5 + 0.5 * size + noise))
+            rows.append(load("L4", version, 40 + 1.5 * size + noise))
+    write_records("n1", rows)
+
+    costs = costs_from_log()
+    assert costs.l3_ms == pytest.approx(5, abs=1)
+    assert costs.l3_ms_per_mb == pytest.approx(0.5, abs=0.05)
+    assert costs.l4_ms == pytest.approx(35, abs=1.5)  # 40 less L3's 5
+    assert costs.l4_ms_per_mb == pytest.approx(1.0, abs=0.05)
+    assert "L4 fitted to 12 loads" in costs.source
+    assert fit_cost([(40 * mb, 10.0)] * 4) is None  # too few to say
+    assert fit_cost([(40 * mb, 10.0)] * 6) == (10.0, 0.0)  # one size: no slope to tell
