@@ -98,7 +98,7 @@ class CacheManager:
         limits: Limits | None = None,
         on_integrity_failure=None,
         on_evict: Callable[[str, int | None], None] | None = None,
-        on_load: Callable[[str, float], None] | None = None,
+        on_load: Callable[[str, float, int], None] | None = None,
         clock: Clock = monotonic,
         timer: Clock = default_timer,
     ) -> None:
@@ -108,7 +108,8 @@ class CacheManager:
         self.public_keys = public_keys
         self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
         self.on_evict = on_evict
-        self.on_load = on_load  # callable(source tier, ms): once per load, however many wait
+        # callable(source tier, ms, bytes): once per load, however many wait
+        self.on_load = on_load
         self.clock = clock  # for the tier rules (``book.py``)
         self.timer = timer  # for the durations a load reports
         self.book = TierBook(
@@ -309,7 +310,7 @@ class CacheManager:
             reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],
         )
         if self.on_load:
-            self.on_load(tier, load_ms)
+            self.on_load(tier, load_ms, resolved.size_bytes)
         return Placed(handle, tier, load_ms, timings)
 
     async def _make_room(self, owner: Owner, incoming: int) -> list[Coroutine[Any, Any, bool]]:

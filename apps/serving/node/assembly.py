@@ -143,7 +143,7 @@ class Node:
             limits=Limits.from_config(self.config.config),
             on_integrity_failure=self.trust.integrity_failure,
             on_evict=count_eviction,
-            on_load=lambda tier, ms: metrics.load_latency.labels(source_tier=tier).observe(ms),
+            on_load=metrics.loaded,
         )
         self.config.apply_to(cache)
         return cache

@@ -56,6 +56,11 @@ class NodeMetrics:
         self.evictions = Counter(
             "adapter_eviction_count", "Adapters evicted, by tier", ["tier"], registry=r
         )
+        self.fetched_bytes = Counter(
+            "adapter_fetched_bytes",
+            "Bytes of adapter versions fetched from the registry's object store (L4)",
+            registry=r,
+        )
         self.prefetches = Counter(
             "adapter_prefetches",
             "Loads started ahead of demand, for versions whose request rate is rising",
@@ -192,6 +197,13 @@ class NodeMetrics:
     def tenant_label(self, tenant: str) -> str:
         """A bounded tenant label (see the module docstring)."""
         return self.labels_for(tenant, "")[0]
+
+    def loaded(self, tier: str, ms: float, size_bytes: int) -> None:
+        """A version's load finished: its time by the tier it came from; its bytes, where it
+        came from the object store."""
+        self.load_latency.labels(source_tier=tier).observe(ms)
+        if tier == "L4":
+            self.fetched_bytes.inc(size_bytes)
 
     def waited(self, tenant: str, seconds: float) -> None:
         self.tenant_queue.labels(tenant=self.tenant_label(tenant)).observe(seconds)

@@ -356,6 +356,10 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     assert count("error_rate_by_adapter_total") == failures_before
     assert node_metric(url, "ttft_by_adapter_count", tenant="tenant-a", adapter="support") >= 3
     assert node_metric(url, "adapter_cache_lookups_total", tier="L1") >= 2
+    # what the node fetched from the object store: every load from L4 brought its bytes
+    from_s3 = node_metric(url, "adapter_load_latency_ms_count", source_tier="L4")
+    fetched = node_metric(url, "adapter_fetched_bytes_total")
+    assert from_s3 >= 1 and fetched >= from_s3 * 1024, (from_s3, fetched)
     scrape = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"})
     assert "adapter_load_latency_ms_bucket" in scrape.text
     # tenants cannot read other tenants' names and adapters from the metrics
