@@ -21,7 +21,9 @@ loading). Approximations: a version is admitted to the engine when its load star
 protected until it ends (the node counts it as ``adding`` meanwhile, to the same effect); a
 load waiting for room does not hold one of ``max_loads``' slots (the node's does); the holds
 are the node's logged durations, whatever the replayed policy would have made them; no
-device-slot gate runs, so L1 is the pinned and then the most recently used versions.
+device-slot gate runs, so L1 is the pinned and then the most recently used versions; loads
+take their slots in arrival order (the node's queue lets a small version pass large ones,
+``cache/loads.py``), and the node's prefetch from rising demand is not replayed.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class Costs:
     l4_ms: float = 16.0
     l4_ms_per_mb: float = 0.6
     source: str = "bench/load_tiers.py's medians (no node measurements)"
+
+    def describe(self) -> str:
+        return (
+            f"base TTFT {self.base_ttft_ms:.0f} ms, L3 {self.l3_ms:.0f} ms + "
+            f"{self.l3_ms_per_mb:.2f}/MB, L4 +{self.l4_ms:.0f} ms + {self.l4_ms_per_mb:.2f}/MB"
+        )
 
     def load_ms(self, tier: str, size_bytes: int) -> float:
         """Time to bring a version from ``tier`` into the engine."""
