@@ -54,6 +54,9 @@ printed once more without holds. The log's export is kept in
 
 Usage: .venv/bin/python bench/many_adapters.py [--adapters 200] [--reps 3] [--requests 300]
        [--cold-s 20] [--only c|cold]
+       .venv/bin/python bench/many_adapters.py --profile seed …: the seeds' scale, adapters
+       of 36-71 MB fetched from a shaped S3, against stock vLLM over disk and over S3
+       (``bench/seed_scale.py``)
 """
 
 from __future__ import annotations
@@ -450,6 +453,11 @@ def land_everything(server: Server, ids: dict[str, int]) -> None:
 
 
 def main() -> None:
+    if "--profile" in sys.argv:  # the seeds' scale: its own servers and world
+        from bench import seed_scale
+
+        seed_scale.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapters", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
@@ -477,7 +485,7 @@ def main() -> None:
             print(f"node: {len(ids)} versions on disk in {time.perf_counter() - started:.1f} s")
             results = run(args, servers, sorted(mix))
             if args.only != "cold":
-                results["replay"] = replay_agreement(engine)
+                results["replay"] = replay_agreement()
         finally:
             for server in servers.values():
                 server.proc.terminate()
@@ -575,9 +583,11 @@ def evict_from_engine(server: Server, version_ids: list[int | None]) -> None:
                 client.post("/internal/evict", json={"version_id": version_id, "tier": tier})
 
 
-def replay_agreement(engine) -> dict:
+def replay_agreement(*, warm_disk: bool = True) -> dict:
     """The node's request log replayed under the default policy with the node's capacities
-    and measured load costs, beside what the node reported."""
+    and measured load costs, beside what the node reported. ``warm_disk``: the node's disk
+    held every version before the run (this benchmark lands them; the seed profile's does
+    not)."""
     import numpy as np
 
     from apps.serving.cache.policies import POLICIES
@@ -593,7 +603,7 @@ def replay_agreement(engine) -> dict:
         trace=replay_run.TraceSpec(source="db", since_hours=6),
         policies=(default,),
         # the node's disk held all the versions before the run (as the bench landed them)
-        capacity=dataclasses.replace(replay_run.capacity_from_config(), warm_disk=True),
+        capacity=dataclasses.replace(replay_run.capacity_from_config(), warm_disk=warm_disk),
         costs=costs,
     )
     trace = spec.trace.build()
@@ -633,6 +643,7 @@ def replay_agreement(engine) -> dict:
             "base_ttft_ms": costs.base_ttft_ms,
             "l3_ms": costs.l3_ms,
             "l4_ms": costs.l4_ms,
+            "source": f"{costs.describe()} ({costs.source})",
         },
     }
 
