@@ -209,6 +209,32 @@ def test_twenty_concurrent_requests_for_a_cold_adapter_fetch_and_load_it_once(ca
     assert cache.metric("adapter_load_latency_ms_count", source_tier="L4") == loads_before + 1
 
 
+def test_a_request_waiting_for_a_seat_has_its_adapter_loaded_while_it_waits(cache):
+    """Place first (``requests.py``): a request that arrives while every generation seat is
+    taken starts its adapter's climb (L4 → L3 → engine) at arrival, not at its turn, so the
+    load is done by the time a seat frees. The seats are held by four requests the node's
+    test seam keeps waiting."""
+    key, url = cache.keys["a"], cache.url
+    assert tier_of(ask(key, url, "x0")) == "L4"
+    x0, x1 = cache.versions["x0"], cache.versions["x1"]
+    assert cache.internal("test-seams/faults", {"version_id": x0, "delay_ms": 6000}).is_success
+    try:
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            holders = [pool.submit(ask, key, url, "x0") for _ in range(4)]  # every seat
+            time.sleep(1.0)
+            waiting = pool.submit(ask, key, url, "x1")
+            deadline = time.monotonic() + 3.5
+            while x1 not in cache.in_engine():
+                assert time.monotonic() < deadline, "x1 did not load while its request waited"
+                time.sleep(0.05)
+            assert not waiting.done(), "x1's request did not wait for a seat"
+            assert not any(h.done() for h in holders)
+    finally:
+        cache.internal("test-seams/faults", {"version_id": x0})
+    assert tier_of(waiting.result()) == "L4"
+    assert all(tier_of(h.result()) in ("L1", "L2") for h in holders)
+
+
 def test_the_disk_tier_keeps_to_its_size_cap_evicting_by_policy(cache):
     v = cache.versions
     size = load_version(v["x1"]).size_bytes  # each x version's
