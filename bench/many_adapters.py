@@ -110,13 +110,13 @@ def register():
     inner = manager._load_adapter
 
     def _load_adapter(self, lora_request):
-        started = time.perf_counter()
+        began, started = time.time(), time.perf_counter()
         try:
             return inner(self, lora_request)
         finally:
             ms = (time.perf_counter() - started) * 1000
             with open(os.path.join(out, f"{os.getpid()}.loads"), "a") as fh:
-                fh.write(f"{ms:.3f}\\n")
+                fh.write(f"{lora_request.lora_name}\\t{began:.4f}\\t{ms:.3f}\\n")
 
     _load_adapter._bench_probe = True
     manager._load_adapter = _load_adapter
@@ -209,9 +209,10 @@ class Server:
     versions: dict[str, int] = field(default_factory=dict)  # node: alias -> version id
 
     def loads(self) -> list[float]:
+        """Each load's ms (the probe writes: LoRA name, wall-clock start, ms)."""
         out: list[float] = []
         for path in self.load_dir.glob("*.loads"):
-            out += [float(x) for x in path.read_text().split()]
+            out += [float(line.split("\t")[-1]) for line in path.read_text().splitlines()]
         return out
 
     def steps(self) -> tuple[int, int, float]:

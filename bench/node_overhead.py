@@ -85,8 +85,9 @@ def start_node(env: dict[str, str], log: Path | None = None) -> tuple[subprocess
     return proc, url
 
 
-def prepare(work: Path) -> tuple[dict[str, str], str, str]:
-    """A throwaway control plane: tenant, key, the support-v1 demo adapter approved + aliased."""
+def prepare(work: Path, **extra: str) -> tuple[dict[str, str], str, str]:
+    """A throwaway control plane: tenant, key, the support-v1 demo adapter approved + aliased.
+    ``extra``: more settings (environment variables) for it and the servers it starts."""
     env = {
         **os.environ,
         "LORAHUB_VAR_DIR": str(work),
@@ -97,6 +98,7 @@ def prepare(work: Path) -> tuple[dict[str, str], str, str]:
     }
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "LORAHUB_S3_ENDPOINT", "LORAHUB_EVENTS_URL"):
         env.pop(name, None)
+    env.update(extra)
     os.environ.clear()
     os.environ.update(env)
     import django

@@ -86,38 +86,7 @@ MAX_TOKENS = 2
 PROMPTS = ["Q:", "Hi", "Why", "How"]
 RANK_CAP = 128
 KV_MB = 256
-PROBE = "bench_seed_probe"
 BUCKET = "lorahub"
-
-PROBE_MODULE = '''
-"""Records each adapter load inside vLLM's worker: name, wall-clock start, ms."""
-import os
-import time
-
-
-def register():
-    out = os.environ.get("BENCH_LOAD_DIR")
-    if not out:
-        return
-    from vllm.lora import worker_manager
-
-    manager = worker_manager.WorkerLoRAManager
-    if getattr(manager._load_adapter, "_bench_probe", False):
-        return
-    inner = manager._load_adapter
-
-    def _load_adapter(self, lora_request):
-        began, started = time.time(), time.perf_counter()
-        try:
-            return inner(self, lora_request)
-        finally:
-            ms = (time.perf_counter() - started) * 1000
-            with open(os.path.join(out, f"{os.getpid()}.loads"), "a") as fh:
-                fh.write(f"{lora_request.lora_name}\\t{began:.4f}\\t{ms:.3f}\\n")
-
-    _load_adapter._bench_probe = True
-    manager._load_adapter = _load_adapter
-'''
 
 
 @dataclass
@@ -215,38 +184,22 @@ def cache_config(work: Path) -> Path:
 
 
 def prepare(work: Path, endpoint: str) -> tuple[dict[str, str], str]:
-    """A throwaway control plane whose registry is the shaped S3; returns (env, API key)."""
-    env = {
-        **os.environ,
-        "LORAHUB_VAR_DIR": str(work),
-        "LORAHUB_DEMO_DIR": str(ROOT / "var" / "demo"),
-        "LORAHUB_SIGNING_KEY_FILE": str(work / "signing.pem"),
-        "LORAHUB_NODE_CACHE_DIR": str(work / "node-cache"),
-        "LORAHUB_BASE_MODEL_DIR": str(SEED_DIR / "base-model"),
-        "LORAHUB_CACHE_CONFIG": str(cache_config(work)),
-        "LORAHUB_ENGINE_KV_CACHE_MB": str(KV_MB),
-        "LORAHUB_S3_ENDPOINT": endpoint,
-        "LORAHUB_S3_BUCKET": BUCKET,
-        "LORAHUB_S3_ACCESS_KEY": "testing",
-        "LORAHUB_S3_SECRET_KEY": "testing",
-        "DJANGO_SETTINGS_MODULE": "lorahub.settings",
-    }
-    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "LORAHUB_EVENTS_URL"):
-        env.pop(name, None)
-    os.environ.clear()
-    os.environ.update(env)
-    import django
+    """A throwaway control plane whose registry is the shaped S3, serving the seed base;
+    returns (env, API key)."""
+    from bench.node_overhead import prepare as control_plane
 
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    call_command("init_signing_key")
-    call_command("seed_demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    env, key, _ = control_plane(
+        work,
+        LORAHUB_BASE_MODEL_DIR=str(SEED_DIR / "base-model"),
+        LORAHUB_CACHE_CONFIG=str(cache_config(work)),
+        LORAHUB_ENGINE_KV_CACHE_MB=str(KV_MB),
+        LORAHUB_S3_ENDPOINT=endpoint,
+        LORAHUB_S3_BUCKET=BUCKET,
+        LORAHUB_S3_ACCESS_KEY="testing",
+        LORAHUB_S3_SECRET_KEY="testing",
+    )
     from apps.registry import services as registry_services
     from apps.serving.node.engine import EngineSettings
-    from apps.tenants import services as tenant_services
-    from apps.tenants.models import Tenant
 
     engine = EngineSettings.from_django_settings()
     registry_services.register_base_model(  # the node does this at start; uploads need it now
@@ -254,9 +207,6 @@ def prepare(work: Path, endpoint: str) -> tuple[dict[str, str], str]:
         revision=engine.base_model_revision,
         model_config=json.loads((SEED_DIR / "base-model" / "config.json").read_text()),
         max_lora_rank=RANK_CAP,
-    )
-    _, key = tenant_services.issue_api_key(
-        tenant=Tenant.objects.get(slug="acme"), name=f"bench-{time.time_ns()}", actor=None
     )
     return env, key
 
@@ -297,27 +247,18 @@ def publish(folders: list[Path]) -> dict[str, int]:
     return ids
 
 
-def plugin_dir(work: Path) -> Path:
-    where = work / "probe"
-    dist = where / f"{PROBE}-0.dist-info"
-    dist.mkdir(parents=True)
-    (where / f"{PROBE}.py").write_text(PROBE_MODULE)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PROBE}\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{PROBE} = {PROBE}:register\n")
-    return where
-
-
 def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path], endpoint: str):
     from django.conf import settings
 
     from apps.serving.node.engine import LORA_FIX_PLUGIN, EngineSettings
-    from bench.many_adapters import stock_folder
+    from bench.many_adapters import PROBE_PLUGIN, probe_path, stock_folder
 
     engine = EngineSettings.from_django_settings()
     resolver_dir = stock_folder(
         work / "resolver", {f.name: f for f in folders}, Path(engine.model_dir)
     )
-    paths = f"{plugin_dir(work)}:{s3_resolver.plugin_path(work)}"
+    # many_adapters.py's probe in vLLM's worker: each load's LoRA name, start and ms
+    paths = f"{probe_path(work)}:{s3_resolver.plugin_path(work)}"
     servers = {}
     for name in SERVERS:
         port, load_dir = free_port(), work / f"loads-{name}"
@@ -341,7 +282,7 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
             if name == "stock-s3":
                 downloads = work / "stock-s3-downloads.txt"
                 run_env.update(
-                    VLLM_PLUGINS=f"{s3_resolver.PLUGIN},{LORA_FIX_PLUGIN},{PROBE}",
+                    VLLM_PLUGINS=f"{s3_resolver.PLUGIN},{LORA_FIX_PLUGIN},{PROBE_PLUGIN}",
                     LH_S3_RESOLVER_ENDPOINT=endpoint, LH_S3_RESOLVER_BUCKET=BUCKET,
                     LH_S3_RESOLVER_PREFIX="tenants/acme/adapters/", LH_S3_RESOLVER_SUFFIX="/1",
                     LH_S3_RESOLVER_CACHE_DIR=str(work / "stock-s3-cache"),
@@ -350,7 +291,7 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
                 )  # fmt: skip
             else:
                 run_env.update(
-                    VLLM_PLUGINS=f"lora_filesystem_resolver,{LORA_FIX_PLUGIN},{PROBE}",
+                    VLLM_PLUGINS=f"lora_filesystem_resolver,{LORA_FIX_PLUGIN},{PROBE_PLUGIN}",
                     VLLM_LORA_RESOLVER_CACHE_DIR=str(resolver_dir),
                 )
             argv = engine.stock_server_argv(port, {})

@@ -603,14 +603,12 @@ def test_loads_side_by_side_make_room_for_each_other_so_the_engine_never_overflo
     assert len(engine.adds) - len(engine.removed) == 3
 
 
-def test_a_small_adapter_does_not_wait_behind_large_ones_in_the_load_queue():
-    """One load at a time (the engine-add and fetch slots, ``cache/loads.py``): a small
-    version asked for after three large ones loads before them (their bytes would be its
-    wait); the large ones keep their order."""
+def slot_order(first: tuple[str, int], then: list[tuple[str, int]]) -> list[str]:
+    """The order in which one load slot (``cache/loads.py``) serves ``then`` (name, bytes),
+    each asked for while ``first`` holds the slot."""
     from apps.serving.cache.loads import SizedSlots
 
     order: list[str] = []
-    mb = 1 << 20
 
     async def scenario():
         slots = SizedSlots(1)
@@ -622,46 +620,33 @@ def test_a_small_adapter_does_not_wait_behind_large_ones_in_the_load_queue():
                 if hold is not None:
                     await hold.wait()
 
-        tasks = [asyncio.ensure_future(load("large-0", 80 * mb, release))]
-        for name, size in (("large-1", 80), ("large-2", 71), ("large-3", 80), ("small", 20)):
+        tasks = [asyncio.ensure_future(load(*first, release))]
+        for name, size in then:
             await asyncio.sleep(0)
-            tasks.append(asyncio.ensure_future(load(name, size * mb)))
+            tasks.append(asyncio.ensure_future(load(name, size)))
         await asyncio.sleep(0)
-        assert order == ["large-0"] and len(slots.waiting) == 4
+        assert order == [first[0]] and len(slots.waiting) == len(then)
         release.set()
         await asyncio.gather(*tasks)
 
     run(scenario())
+    return order
+
+
+def test_a_small_adapter_does_not_wait_behind_large_ones_in_the_load_queue():
+    """One load at a time (the engine-add and fetch slots): a small version asked for after
+    three large ones loads before them (their bytes would be its wait)."""
+    mb = 1 << 20
+    then = [("large-1", 80 * mb), ("large-2", 71 * mb), ("large-3", 80 * mb), ("small", 20 * mb)]
+    order = slot_order(("large-0", 80 * mb), then)
     assert order == ["large-0", "small", "large-2", "large-1", "large-3"], order
 
 
 def test_a_large_load_passed_over_too_often_goes_next_whatever_its_size():
-    from apps.serving.cache.loads import MAX_PASSED, SizedSlots
+    from apps.serving.cache.loads import MAX_PASSED
 
-    order: list[str] = []
-
-    async def scenario():
-        slots = SizedSlots(1)
-        release = asyncio.Event()
-
-        async def load(name: str, size: int, hold: asyncio.Event | None = None) -> None:
-            async with slots.slot(size):
-                order.append(name)
-                if hold is not None:
-                    await hold.wait()
-
-        holder = asyncio.ensure_future(load("holder", 1, release))
-        await asyncio.sleep(0)
-        tasks = [asyncio.ensure_future(load("large", 100))]
-        await asyncio.sleep(0)
-        # a stream of small loads, each arriving while the slot is taken
-        for i in range(MAX_PASSED + 3):
-            tasks.append(asyncio.ensure_future(load(f"small-{i}", 1)))
-            await asyncio.sleep(0)
-        release.set()
-        await asyncio.gather(holder, *tasks)
-
-    run(scenario())
+    smalls = [(f"small-{i}", 1) for i in range(MAX_PASSED + 3)]
+    order = slot_order(("holder", 1), [("large", 100), *smalls])
     assert order.index("large") == 1 + MAX_PASSED, order  # after MAX_PASSED smaller ones
     assert len(order) == MAX_PASSED + 5
 
