@@ -695,6 +695,20 @@ def median_table(
         print(f"{c:>4}{name:>8}{cells}")
 
 
+def cold_rows(cold: dict, servers, *, name_width: int, width: int) -> None:
+    """Per server: hot TTFT p95 quiet and with cold loads, per repetition | median, their
+    ratio, and the cold requests' TTFT p50."""
+    for name in servers:
+        quiet = [pct(h, 0.95) for h, _, _ in cold[(name, "quiet")]]
+        loaded = [pct(h, 0.95) for h, _, _ in cold[(name, "cold")]]
+        cold_ttft = [t for _, c, _ in cold[(name, "cold")] for t in c]
+        print(
+            f"{name:<{name_width}}{cell(quiet, 0):<{width}}{cell(loaded, 0):<{width}}"
+            f"{cell([a / b for a, b in zip(loaded, quiet, strict=True)]):<26}"
+            f"{pct(cold_ttft, 0.5) if cold_ttft else float('nan'):>12.0f}ms"
+        )
+
+
 def report(results: dict, args, engine) -> None:
     print(
         f"\nLoad (c): {args.adapters} adapters, Azure conversation trace (every "
@@ -780,15 +794,7 @@ def report(results: dict, args, engine) -> None:
             f"{'server':<9}{'quiet p95 ms':<30}{'with cold p95 ms':<30}{'with / quiet':<26}"
             f"{'cold TTFT p50':>14}"
         )
-        for name in SERVERS:
-            quiet = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "quiet")]]
-            cold = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "cold")]]
-            cold_ttft = [t for _, c, _ in results["cold"][(name, "cold")] for t in c]
-            print(
-                f"{name:<9}{cell(quiet, 0):<30}{cell(cold, 0):<30}"
-                f"{cell([a / b for a, b in zip(cold, quiet, strict=True)]):<26}"
-                f"{pct(cold_ttft, 0.5) if cold_ttft else float('nan'):>12.0f}ms"
-            )
+        cold_rows(results["cold"], SERVERS, name_width=9, width=30)
     if "replay" in results:
         agreement = results["replay"]
         print(

@@ -538,15 +538,9 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
     if results["cold"]:
         print("\nCold loads under hot traffic: hot TTFT p95 (ms) per repetition | median\n")
         print(f"{'server':<14}{'quiet':<28}{'with cold loads':<28}{'with / quiet':<26}cold p50")
-        for name in SERVERS:
-            quiet = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "quiet")]]
-            cold = [pct(h, 0.95) for h, _, _ in results["cold"][(name, "cold")]]
-            cold_ttft = [t for _, got, _ in results["cold"][(name, "cold")] for t in got]
-            print(
-                f"{name:<14}{cell(quiet, 0):<28}{cell(cold, 0):<28}"
-                f"{cell([a / b for a, b in zip(cold, quiet, strict=True)]):<26}"
-                f"{pct(cold_ttft, 0.5) if cold_ttft else float('nan'):.0f} ms"
-            )
+        from bench.many_adapters import cold_rows
+
+        cold_rows(results["cold"], SERVERS, name_width=14, width=28)
     if "replay" in results:
         agreement = results["replay"]
         live, replay = agreement["live"], agreement["replay"]
