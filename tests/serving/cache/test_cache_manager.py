@@ -681,3 +681,22 @@ def test_a_version_whose_demand_rises_is_loaded_before_its_next_request(world):
     assert engine.adds == [1]
     assert cache.versions.get(1).engine is not None
     assert run(demand.prefetch(cache)) == 0, "a version in the engine was loaded again"
+
+
+def test_the_engine_keeps_to_its_byte_budget_before_its_slot_count(world):
+    """L2's budget is in bytes (``cpu_warm.max_memory_gb``), not only in adapters: with room
+    for 8 adapters by count but 2 by bytes, a third version evicts one; the most the engine
+    ever held, by bytes, stays under the budget."""
+    cache, engine, version = world
+    engine.settings.max_cpu_loras = 8
+    size = version(1).size_bytes
+    cache.limits = replace(cache.limits, warm_bytes=2 * size + size // 2)
+
+    async def scenario():
+        for n in (1, 2, 3):
+            await cache.activate(version(n))
+
+    run(scenario())
+    assert engine.adds == [1, 2, 3]
+    assert len(engine.removed) == 1 and engine.removed[0] in (1, 2)
+    assert len(engine.resident) == 2 and engine.peak == 2  # the eviction went first
