@@ -8,8 +8,9 @@ requests, and each return costs its next caller a load. So the node watches each
 arrivals: when the last ``SHORT_S`` seconds hold at least ``MIN_REQUESTS`` of them at a rate
 ``RISING`` times the last ``LONG_S`` seconds' (a new alias, a canary ramping up, a tenant's
 morning), and the version is not in the engine, it is loaded in the background while the load
-queue has room, as a request would load it. Nothing here reads a caller's input: the rule
-sees only the versions the node has resolved.
+queue has room, as a request would load it. A version no alias serves any more (rolled back,
+replaced: ``deprecated``) is never prefetched, and shadow copies are not demand. Nothing here
+reads a caller's input: the rule sees only the versions the node has resolved.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ class Demand:
                 break
             record = cache.versions.get(resolved.version_id)
             if record is not None and (
-                record.engine is not None or record.loading is not None or record.quarantined
+                record.engine is not None
+                or record.loading is not None
+                or record.quarantined
+                or record.deprecated  # no alias serves it now (rolled back, replaced)
             ):
                 continue
             task = asyncio.ensure_future(self._load(cache, resolved, owner))

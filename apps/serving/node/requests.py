@@ -159,7 +159,9 @@ class RequestPath:
 
     # --- step 4 and generation -------------------------------------------------------------
 
-    async def place(self, trace: RequestTrace, *, deadline_s: float | None = None):
+    async def place(
+        self, trace: RequestTrace, *, deadline_s: float | None = None, demand: bool = True
+    ):
         """Step 4: the adapter's handle, once it is in the engine; None for the base model.
 
         A request waits for a cold load as long as its tenant tier's deadline allows. When
@@ -177,7 +179,8 @@ class RequestPath:
             warm_quota=caller.max_warm_adapters,
             hot_quota=caller.max_hot_adapters,
         )
-        self.demand.arrived(trace.resolved, owner)
+        if demand:  # a caller's request; a shadow copy is nobody's demand
+            self.demand.arrived(trace.resolved, owner)
         try:
             placed: Placed = await self.cache.activate(
                 trace.resolved,
@@ -420,7 +423,7 @@ class RequestPath:
         try:
             # a copy is nobody's answer: it may wait longer for its version's load than a
             # caller's SLA allows (loads stay single-flight, in the bounded load queue)
-            handle = await self.place(trace, deadline_s=SHADOW_LOAD_DEADLINE_S)
+            handle = await self.place(trace, deadline_s=SHADOW_LOAD_DEADLINE_S, demand=False)
             if handle is None:  # the load missed its deadline and the base model would answer
                 raise oai.ApiError(503, f"{shadow.label} did not load in time", code="degraded")
             async with self.admission.spare_slot(headroom=self.shadow_headroom):

@@ -681,6 +681,11 @@ def test_a_version_whose_demand_rises_is_loaded_before_its_next_request(world):
     assert engine.adds == [1]
     assert cache.versions.get(1).engine is not None
     assert run(demand.prefetch(cache)) == 0, "a version in the engine was loaded again"
+    # rolled back: the node takes it out and marks it; its demand does not bring it back
+    cache.deprecate(1)
+    assert run(cache.unload(1))
+    assert run(demand.prefetch(cache)) == 0, "a version no alias serves was prefetched"
+    assert engine.adds == [1]
 
 
 def test_the_engine_keeps_to_its_byte_budget_before_its_slot_count(world):
