@@ -638,6 +638,9 @@ LORAHUB_NODE_MAX_QUEUE = env_int("LORAHUB_NODE_MAX_QUEUE", 64, minimum=0)
 # take (apps/serving/fairness.py): a tenant flooding the node fills MAX_CONCURRENT, and
 # another's request still enters the next step. The engine's max_num_seqs is the sum.
 LORAHUB_NODE_FAIR_HEADROOM = env_int("LORAHUB_NODE_FAIR_HEADROOM", 8, minimum=0)
+# Prefetch from rising demand (apps/serving/node/demand.py). Off by default: the replay does
+# not model it yet, and with it on the replay's tiers stop matching the node's.
+LORAHUB_NODE_PREFETCH_RISING = env_bool("LORAHUB_NODE_PREFETCH_RISING", False)
 # The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.
 LORAHUB_NODE_MAX_BODY_KB = env_int("LORAHUB_NODE_MAX_BODY_KB", 4096, minimum=16)
 # A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503

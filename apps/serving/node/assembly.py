@@ -219,7 +219,9 @@ class Node:
         spawn(self._watch_engine(), name="engine-watchdog")
         spawn(self.changes.refresh_periodically(), name="full-refresh")
         spawn(self._expire_idle(), name="l2-ttl")
-        spawn(self.requests.demand.run(self.cache, lambda: self.engine.is_ready), name="prefetch")
+        if settings.LORAHUB_NODE_PREFETCH_RISING:
+            demand = self.requests.demand
+            spawn(demand.run(self.cache, lambda: self.engine.is_ready), name="prefetch")
         spawn(
             self.changes.listen() if settings.LORAHUB_EVENTS_URL else self.changes.poll(),
             name="changes",

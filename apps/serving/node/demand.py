@@ -8,9 +8,12 @@ requests, and each return costs its next caller a load. So the node watches each
 arrivals: when the last ``SHORT_S`` seconds hold at least ``MIN_REQUESTS`` of them at a rate
 ``RISING`` times the last ``LONG_S`` seconds' (a new alias, a canary ramping up, a tenant's
 morning), and the version is not in the engine, it is loaded in the background while the load
-queue has room, as a request would load it. A version no alias serves any more (rolled back,
-replaced: ``deprecated``) is never prefetched, and shadow copies are not demand. Nothing here
-reads a caller's input: the rule sees only the versions the node has resolved.
+queue has room, as a request would load it. Off unless ``LORAHUB_NODE_PREFETCH_RISING=1``:
+the replay does not model it yet, and with it on the replay's tiers stop matching the node's
+(``test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported``). A version
+no alias serves any more (rolled back, replaced: ``deprecated``) is never prefetched, and
+shadow copies are not demand. Nothing here reads a caller's input: the rule sees only the
+versions the node has resolved.
 """
 
 from __future__ import annotations
