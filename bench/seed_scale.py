@@ -457,8 +457,6 @@ def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int])
         ranked = ranking(models, names)
         hot, tail = ranked[:4], ranked[::-1]
         per_phase = int(args.cold_s / 2.0) + 1
-        for server in servers.values():
-            server.versions = ids  # type: ignore[attr-defined]
         for rep in range(args.reps):
             for name in rotation(rep, SERVERS):
                 server = servers[name]

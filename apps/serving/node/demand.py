@@ -55,7 +55,6 @@ class Demand:
         self.clock, self.on_prefetch = clock, on_prefetch
         self._seen: dict[int, _Seen] = {}
         self._loads: set[asyncio.Task] = set()  # prefetches under way (kept from the GC)
-        self.prefetched = 0  # loads this node started ahead of demand
 
     def arrived(self, resolved: ResolvedVersion, owner: Owner) -> None:
         seen = self._seen.get(resolved.version_id)
@@ -104,7 +103,6 @@ class Demand:
             await asyncio.sleep(0)  # the load is queued (``record.loading``) before the next
             self.on_prefetch()
             started += 1
-        self.prefetched += started
         return started
 
     @staticmethod
