@@ -101,6 +101,8 @@ NODE_REFUSED = {
     "LORAHUB_SECRET_KEY": "a node signs no session",
     "LORAHUB_SIGNING_KEY": "a node verifies with the published public keys only",
     "LORAHUB_SIGNING_KEY_FILE": "a node verifies with the published public keys only",
+    "LORAHUB_BUNDLE_KEY": "a node signs no model-signing bundle",
+    "LORAHUB_BUNDLE_KEY_FILE": "a node signs no model-signing bundle",
     "LORAHUB_FIELD_KEYS": "a node opens no sealed secret",
 }
 if PRODUCTION:
@@ -160,6 +162,11 @@ if PRODUCTION:
         raise ImproperlyConfigured(
             "LORAHUB_SIGNING_KEY is not a PEM private key (still a placeholder?): "
             "openssl genpkey -algorithm ed25519"
+        )
+    if env_str("LORAHUB_BUNDLE_KEY") and "PRIVATE KEY" not in env_str("LORAHUB_BUNDLE_KEY"):
+        raise ImproperlyConfigured(
+            "LORAHUB_BUNDLE_KEY is not a PEM private key (still a placeholder?): "
+            "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256"
         )
 
 ALLOWED_HOSTS = env_list("LORAHUB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
@@ -554,6 +561,11 @@ LORAHUB_NODE_PORT = env_int("LORAHUB_NODE_PORT", 8001, minimum=1)
 LORAHUB_SIGNING_KEY = env_str("LORAHUB_SIGNING_KEY")
 LORAHUB_SIGNING_KEY_FILE = env_path("LORAHUB_SIGNING_KEY_FILE", VAR_DIR / "signing-key.pem")
 LORAHUB_RETIRED_PUBLIC_KEYS = env_list("LORAHUB_RETIRED_PUBLIC_KEYS", [])
+# The ECDSA P-256 key (PEM) of the OpenSSF model-signing bundles (apps/registry/bundles.py):
+# inline, or a file (default: model-signing-key.pem beside the Ed25519 key's file, which
+# `init_signing_key` creates with it).
+LORAHUB_BUNDLE_KEY = env_str("LORAHUB_BUNDLE_KEY")
+LORAHUB_BUNDLE_KEY_FILE = env_str("LORAHUB_BUNDLE_KEY_FILE")
 
 # --- uploads ----------------------------------------------------------------------------------
 # Hard ceiling for one upload, whatever a tenant's quota says; uploads stream to disk beyond

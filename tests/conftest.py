@@ -166,12 +166,26 @@ def s3_settings(s3_server, settings):
 
 @pytest.fixture
 def signing_key(settings, tmp_path):
-    """A fresh platform signing key for this test."""
-    from apps.registry import keys
-
+    """Fresh platform keys for this test (the Ed25519 key and the model-signing key beside
+    it); returns the Ed25519 key's id."""
     settings.LORAHUB_SIGNING_KEY = ""
     settings.LORAHUB_SIGNING_KEY_FILE = tmp_path / "signing-key.pem"
-    return keys.write_new_private_key(settings.LORAHUB_SIGNING_KEY_FILE)
+    settings.LORAHUB_BUNDLE_KEY = settings.LORAHUB_BUNDLE_KEY_FILE = ""
+    from tests.helpers import write_platform_keys
+
+    return write_platform_keys(settings.LORAHUB_SIGNING_KEY_FILE)
+
+
+@pytest.fixture(autouse=True)
+def _local_store_in_tmp(settings, tmp_path) -> Iterator[None]:
+    """Where no test names S3, objects go to this test's folder, never the checkout's var/
+    (approving a version stores its model-signing bundle)."""
+    from apps.registry import storage
+
+    settings.LORAHUB_LOCAL_STORE_DIR = tmp_path / "objectstore"
+    storage.get_store.cache_clear()
+    yield
+    storage.get_store.cache_clear()
 
 
 # --- registry ------------------------------------------------------------------------------

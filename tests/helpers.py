@@ -97,6 +97,16 @@ def publish(tenant, adapter_id: str, version: str, folder: Path, reviewer_user) 
     return row.pk
 
 
+def write_platform_keys(signing_key_file: Path) -> str:
+    """The Ed25519 key at ``signing_key_file`` and the model-signing key beside it (where
+    ``bundles.bundle_key_file`` looks without LORAHUB_BUNDLE_KEY_FILE); returns the Ed25519
+    key's id."""
+    from apps.registry import bundles, keys
+
+    bundles.write_new_key(signing_key_file.with_name("model-signing-key.pem"))
+    return keys.write_new_private_key(signing_key_file)
+
+
 def approved_version(tenant, adapter_id: str, version: str, reviewer_user, *, rank: int = 8) -> int:
     """An approved, signed version row made without the upload pipeline: no object store, no
     validation, no worker, so a test of rules over versions (aliases, canaries) can run under

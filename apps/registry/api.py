@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import File, Form, Query, Router, Status
 from ninja.files import UploadedFile
 
-from apps.registry import aliases, keys, queries, review, services
+from apps.registry import aliases, downloads, keys, queries, review, services
 from apps.registry.choices import VersionState
 from apps.registry.models import Adapter, AdapterVersion, Alias
 from apps.registry.schemas import (
@@ -122,6 +122,40 @@ def list_versions(
 @router.get("/versions/{version_id}", response=VersionOut)
 def get_version(request: HttpRequest, version_id: int):
     return version_out(queries.visible_version(request.auth, version_id))
+
+
+# A file answer (not JSON) in the OpenAPI document: what it is, and its media type.
+def _file_answer(media_type: str, what: str) -> dict:
+    return {
+        "responses": {
+            200: {
+                "description": what,
+                "content": {media_type: {"schema": {"type": "string", "format": "binary"}}},
+            }
+        }
+    }
+
+
+@router.get(
+    "/versions/{version_id}/files/{name}",
+    openapi_extra=_file_answer("application/octet-stream", "the file's bytes"),
+)
+def version_file(request: HttpRequest, version_id: int, name: str):
+    """One file of an approved version you can read (`lorahub pull`): a name its `files`
+    lists, or `model.sig`, its OpenSSF model-signing bundle (docs/security.md)."""
+    version = queries.visible_version(request.auth, version_id)
+    return downloads.version_file(version, name)
+
+
+@router.get(
+    "/signing-keys/lorahub.pub",
+    auth=None,
+    openapi_extra=_file_answer("application/x-pem-file", "the public key, PEM"),
+)
+def model_signing_public_key(request: HttpRequest):
+    """The public key that checks every version's `model.sig` with the OpenSSF tool:
+    `model_signing verify key --signature model.sig --public_key lorahub.pub <folder>`."""
+    return downloads.public_key()
 
 
 @router.post("/versions/{version_id}/approve", response=VersionOut)

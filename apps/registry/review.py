@@ -7,7 +7,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from apps.registry import keys, signing
+from apps.registry import bundles, keys, signing
 from apps.registry.choices import VersionState
 from apps.registry.models import AdapterVersion
 from apps.tenants import services as tenant_services
@@ -49,6 +49,8 @@ def approve_version(*, version_id: int, principal: Principal, note: str = "") ->
     version.signature = signing.sign_manifest(private, manifest)
     version.signing_key_id = keys.register_current_key()
     _record_review(version, principal, VersionState.APPROVED, note)
+    # last, inside the transaction: a store that fails rolls the approval back
+    bundles.store_bundle(version)
     tenant_services.record_event(
         action="version.sign",
         obj=version,

@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 import pytest
-from lorahub_client.client import ENDPOINTS
+from lorahub_client.client import DOWNLOADS, ENDPOINTS
 
 from lorahub.api import api
 
@@ -117,3 +117,14 @@ def test_a_changed_response_model_is_caught(document):
     assert "version (GET /api/versions/{version_id}).state: the server sends no such field" in found
     assert any(".canary_percent: server 'number', client 'integer'" in line for line in found)
     assert any(line.startswith("keys (GET /api/tenants/{slug}/keys)[].admin") for line in found)
+
+
+def test_every_file_the_client_downloads_is_documented_as_a_file(document):
+    """``lorahub pull``'s downloads: each path exists with its method and documents a 200
+    whose body is bytes (not JSON)."""
+    for name, (method, path) in sorted(DOWNLOADS.items()):
+        operation = document["paths"].get(path, {}).get(method.lower())
+        assert operation is not None, f"{name}: the server has no {method} {path}"
+        content = operation["responses"][200]["content"]
+        assert "application/json" not in content, (name, content)
+        assert all(c["schema"].get("format") == "binary" for c in content.values()), (name, content)

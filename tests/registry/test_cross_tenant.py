@@ -7,12 +7,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import override_settings
 
-from apps.registry import aliases, keys, storage
+from apps.registry import aliases, storage
 from apps.registry.models import AdapterVersion, Alias
 from apps.tenants.auth import principal_for_user
 from apps.tenants.models import ApiKey, Quota
 from tests.harness.s3 import empty_the_bucket, s3_overrides
-from tests.helpers import files_of, key_client, user_client
+from tests.helpers import files_of, key_client, user_client, write_platform_keys
 from tests.personas import (
     make_reviewer,
     make_tenant_a,
@@ -36,11 +36,13 @@ def a_world(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fa
         **s3_overrides(s3_server),
         "LORAHUB_SIGNING_KEY": "",
         "LORAHUB_SIGNING_KEY_FILE": key_file,
+        "LORAHUB_BUNDLE_KEY": "",
+        "LORAHUB_BUNDLE_KEY_FILE": "",
     }
     with override_settings(**overrides):
         try:
             with django_db_blocker.unblock():
-                keys.write_new_private_key(key_file)
+                write_platform_keys(key_file)
                 empty_the_bucket()
                 tenant_a = make_tenant_a()
                 register_demo_base_model(demo_dir)

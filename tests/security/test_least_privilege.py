@@ -94,6 +94,7 @@ def test_a_node_starts_without_the_control_planes_secrets_and_refuses_them():
     assert started.returncode == 0, started.stderr[-2000:]
     for name, value in (
         ("LORAHUB_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----x"),
+        ("LORAHUB_BUNDLE_KEY", "-----BEGIN PRIVATE KEY-----x"),
         ("LORAHUB_SECRET_KEY", secrets.token_urlsafe(50)),
         ("LORAHUB_FIELD_KEYS", base64.urlsafe_b64encode(os.urandom(32)).decode()),
     ):
@@ -127,7 +128,12 @@ def test_compose_gives_nodes_no_control_plane_secret_and_binds_prometheus_to_the
         spec = services[node]
         assert "env_file" not in spec, node
         env = spec["environment"]
-        for secret in ("LORAHUB_SECRET_KEY", "LORAHUB_SIGNING_KEY", "LORAHUB_FIELD_KEYS"):
+        for secret in (
+            "LORAHUB_SECRET_KEY",
+            "LORAHUB_SIGNING_KEY",
+            "LORAHUB_BUNDLE_KEY",
+            "LORAHUB_FIELD_KEYS",
+        ):
             assert secret not in env, (node, secret)
         assert env["DATABASE_URL"].startswith("postgres://lorahub_node:")
         assert env["LORAHUB_TRUSTED_PROXIES"] != "*"
@@ -143,9 +149,12 @@ def test_kubernetes_gives_nodes_their_own_secret_and_a_network_policy():
     node_secret = next(
         d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "lorahub-node-secrets"
     )
-    assert not {"LORAHUB_SECRET_KEY", "LORAHUB_SIGNING_KEY", "LORAHUB_FIELD_KEYS"} & set(
-        node_secret["stringData"]
-    )
+    assert not {
+        "LORAHUB_SECRET_KEY",
+        "LORAHUB_SIGNING_KEY",
+        "LORAHUB_BUNDLE_KEY",
+        "LORAHUB_FIELD_KEYS",
+    } & set(node_secret["stringData"])
     node = next(d for d in docs if d["kind"] == "StatefulSet")
     refs = [e for e in node["spec"]["template"]["spec"]["containers"][0]["envFrom"]]
     assert {"secretRef": {"name": "lorahub-node-secrets"}} in refs

@@ -852,6 +852,56 @@ def chat(
         say(f"— {answer.adapter} on {answer.node or 'the node'} ({answer.cache_tier or '?'})")
 
 
+# --- pull ------------------------------------------------------------------------------------
+
+
+def version_to_pull(api: Client, ref: str) -> Version:
+    """``tenant/name@version`` (the tenant optional; ``name`` an alias or an adapter; without
+    ``@version``, what the alias serves) as a version."""
+    tenant, _, rest = ref.rpartition("/")
+    if tenant and tenant != api.tenant:
+        raise NotFound(404, "not_found", f"this key acts for tenant '{api.tenant}', not '{tenant}'")
+    name, _, version = rest.partition("@")
+    if not name:
+        raise LorahubError(f"'{ref}' names nothing: give tenant/alias@version, e.g. acme/support@3")
+    try:
+        alias = api.alias(name)
+    except NotFound:
+        if not version:
+            raise
+        return api.find_version(f"{name}@{version}")  # an adapter's own name
+    if not version:
+        return api.version(alias.version.id)
+    return api.find_version(f"{alias.adapter_id}@{version}")
+
+
+@app.command()
+@handles_errors
+def pull(
+    ref: Annotated[str, typer.Argument(help="tenant/alias@version, e.g. acme/support@3.")],
+    to: Annotated[
+        Path | None, typer.Option("--to", help="A new folder (default: ./adapter@version).")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Download an approved version's files and its OpenSSF model-signing bundle (model.sig),
+    each file checked against the registry's SHA-256; check the bundle with
+    `model_signing verify key --signature <folder>/model.sig --public_key lorahub.pub <folder>`."""
+    api = client()
+    version = version_to_pull(api, ref)
+    folder = to or Path(version.label)
+    names = api.pull(version, folder)
+    emit(
+        as_json, {"version": version.model_dump(mode="json"), "folder": str(folder), "files": names}
+    )
+    if not as_json:
+        say(f"pulled {version.label} into {folder}: {', '.join(names)}")
+        say(
+            "check it: model_signing verify key --signature "
+            f"{folder / 'model.sig'} --public_key lorahub.pub {folder}"
+        )
+
+
 @app.command("version")
 def show_version() -> None:
     """The client's version."""

@@ -14,14 +14,16 @@ broke mid-answer. Errors are raised as ``errors.*`` with the server's code and m
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import httpx
 import tenacity
@@ -53,6 +55,7 @@ from lorahub_client.models import (
     Version,
 )
 
+T = TypeVar("T")
 Progress = Callable[[int, int], None]  # (bytes sent, bytes in all)
 
 # Every endpoint the client calls: (method, path as the server's OpenAPI document names it,
@@ -93,6 +96,15 @@ ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
     "promote_release": ("POST", "/api/releases/{release_id}/promote", Release, False),
     "abort_release": ("POST", "/api/releases/{release_id}/abort", Release, False),
 }
+
+# What the client downloads (not JSON): an approved version's files and its OpenSSF
+# model-signing bundle, and the public key that checks bundles. The schema-agreement test
+# checks that the server documents each.
+DOWNLOADS: dict[str, tuple[str, str]] = {
+    "version_file": ("GET", "/api/versions/{version_id}/files/{name}"),
+    "public_key": ("GET", "/api/signing-keys/lorahub.pub"),
+}
+BUNDLE_NAME = "model.sig"
 
 # What a PEFT folder holds that the registry takes: its config and safetensors weights. Pickled
 # weights are sent too when they are all there is, so that the server's refusal says why.
@@ -224,13 +236,6 @@ class Client:
     def send(self, method: str, url: str, *, base: httpx.Client | None = None, **kw: Any):
         """One request with the bounded retries; the answer, or an ``errors.*`` raised."""
         http = base or self._http
-        reads = method == "GET"
-
-        def retryable(error: BaseException) -> bool:
-            if isinstance(error, _RetryableAnswer | httpx.ConnectError | httpx.ConnectTimeout):
-                return True
-            # a GET whose connection broke mid-answer changed nothing: ask again
-            return reads and isinstance(error, httpx.ReadError | httpx.RemoteProtocolError)
 
         def attempt() -> httpx.Response:
             response = http.request(method, url, **kw)
@@ -238,26 +243,9 @@ class Client:
                 raise _RetryableAnswer(response)
             return response
 
-        try:
-            response = tenacity.Retrying(
-                stop=tenacity.stop_after_attempt(self.retries + 1),
-                wait=self._wait,
-                retry=tenacity.retry_if_exception(retryable),
-                sleep=self._sleep,
-                reraise=True,
-            )(attempt)
-        except _RetryableAnswer as exc:
-            error = _api_error(exc.response)
-            raise Unavailable(
-                f"{http.base_url or url} answered {exc.response.status_code} "
-                f"{self.retries + 1} times ({error.detail}); try again later"
-            ) from None
-        except httpx.TransportError as exc:
-            where = str(http.base_url or url).rstrip("/")
-            raise Unavailable(
-                f"cannot reach {where} ({type(exc).__name__}: {exc or 'no answer'}) after "
-                f"{self.retries + 1} attempts; is the server running, and is the URL right?"
-            ) from None
+        response = self.send_with_retries(
+            attempt, reads=method == "GET", where=str(http.base_url or url)
+        )
         if response.status_code >= 400:
             raise _api_error(response)
         return response
@@ -319,6 +307,86 @@ class Client:
             if found.version == version:
                 return found
         raise NotFound(404, "not_found", f"adapter '{adapter}' has no version '{version}'")
+
+    def send_with_retries(self, attempt: Callable[[], T], *, reads: bool, where: str) -> T:
+        """``attempt`` again, a bounded number of times, while what failed is safe to retry:
+        a connection never opened, a 429/502/503/504, or (``reads``) a connection that broke
+        mid-answer."""
+
+        def retryable(error: BaseException) -> bool:
+            if isinstance(error, _RetryableAnswer | httpx.ConnectError | httpx.ConnectTimeout):
+                return True
+            # a GET whose connection broke mid-answer changed nothing: ask again
+            return reads and isinstance(error, httpx.ReadError | httpx.RemoteProtocolError)
+
+        try:
+            return tenacity.Retrying(
+                stop=tenacity.stop_after_attempt(self.retries + 1),
+                wait=self._wait,
+                retry=tenacity.retry_if_exception(retryable),
+                sleep=self._sleep,
+                reraise=True,
+            )(attempt)
+        except _RetryableAnswer as exc:
+            error = _api_error(exc.response)
+            raise Unavailable(
+                f"{where} answered {exc.response.status_code} "
+                f"{self.retries + 1} times ({error.detail}); try again later"
+            ) from None
+        except httpx.TransportError as exc:
+            where = where.rstrip("/")
+            raise Unavailable(
+                f"cannot reach {where} ({type(exc).__name__}: {exc or 'no answer'}) after "
+                f"{self.retries + 1} attempts; is the server running, and is the URL right?"
+            ) from None
+
+    def download(self, name: str, dest: Path, *, path: dict[str, Any] | None = None) -> str:
+        """Stream a ``DOWNLOADS`` answer into ``dest``; its SHA-256 (hex)."""
+        method, template = DOWNLOADS[name]
+        url = template.format(**(path or {}))
+
+        def attempt() -> str:
+            digest = hashlib.sha256()
+            with self._http.stream(method, url) as response:
+                if response.status_code in RETRY_STATUSES:
+                    response.read()
+                    raise _RetryableAnswer(response)
+                if response.status_code >= 400:
+                    response.read()
+                    raise _api_error(response)
+                with dest.open("wb") as out:
+                    for chunk in response.iter_bytes(1 << 20):
+                        digest.update(chunk)
+                        out.write(chunk)
+            return digest.hexdigest()
+
+        return self.send_with_retries(attempt, reads=True, where=self.url)
+
+    def pull(self, version: Version, folder: Path) -> list[str]:
+        """Download ``version``'s files and its bundle (``model.sig``) into ``folder`` (new),
+        each file checked against the SHA-256 the registry lists; the names written. A file
+        that does not match leaves no folder behind."""
+        if folder.exists() and any(folder.iterdir()):
+            raise LorahubError(f"{folder} exists and is not empty; name a new folder with --to")
+        landing = folder.with_name(f".{folder.name}.partial")
+        shutil.rmtree(landing, ignore_errors=True)
+        landing.mkdir(parents=True)
+        try:
+            for name in [*sorted(version.files), BUNDLE_NAME]:
+                where = {"version_id": version.id, "name": name}
+                got = self.download("version_file", landing / name, path=where)
+                wanted = version.files[name].sha256 if name in version.files else got
+                if got != wanted:
+                    raise LorahubError(
+                        f"{version.label}'s {name} arrived with SHA-256 {got}, not the "
+                        f"registry's {wanted}; nothing was kept, pull again"
+                    )
+            folder.mkdir(parents=True, exist_ok=True)
+            for item in landing.iterdir():
+                item.rename(folder / item.name)
+        finally:
+            shutil.rmtree(landing, ignore_errors=True)
+        return [*sorted(version.files), BUNDLE_NAME]
 
     def upload(
         self,
