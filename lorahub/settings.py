@@ -550,6 +550,11 @@ LORAHUB_ENGINE_MAX_MODEL_LEN = env_int("LORAHUB_ENGINE_MAX_MODEL_LEN", 512, mini
 # in chunks of it). A step is as long as its tokens: a request arriving while a flood of long
 # prompts is prefilled waits at least one step for its first token (bench/noisy_neighbour.py).
 LORAHUB_ENGINE_MAX_BATCHED_TOKENS = env_int("LORAHUB_ENGINE_MAX_BATCHED_TOKENS", 256, minimum=64)
+# vLLM's prefix cache (KV blocks of shared prompt prefixes reused across requests). Safe with
+# LoRA here: a version's engine name and id are its own and never reused (cache/manager.py
+# lora_id_for), so one version's cached blocks never answer for another (vLLM #30931);
+# tests/serving/node/test_cache_node.py moves an alias with it on.
+LORAHUB_ENGINE_PREFIX_CACHING = env_bool("LORAHUB_ENGINE_PREFIX_CACHING", False)
 LORAHUB_NODE_HOST = env_str("LORAHUB_NODE_HOST", "127.0.0.1")
 LORAHUB_NODE_PORT = env_int("LORAHUB_NODE_PORT", 8001, minimum=1)
 

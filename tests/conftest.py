@@ -327,8 +327,9 @@ def engine_starting(demo_dir) -> Iterator[Future[EngineRunner]]:
     after the serving node has stopped (see ``_start_engines_early``); ``engine`` begins it."""
     from apps.serving.node.engine import Engine, EngineSettings
 
+    # the prefix cache on, as production may run it (test_engine.py checks it per version)
     engine_settings = dataclasses.replace(
-        EngineSettings.from_django_settings(), max_loras=2, max_cpu_loras=4
+        EngineSettings.from_django_settings(), max_loras=2, max_cpu_loras=4, prefix_caching=True
     )
     engine = Engine(engine_settings)
 
@@ -370,7 +371,8 @@ def node_work(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def session_node_starting(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[NodeProcess]:
     """The session node's process, spawned and not yet waited for (``session_node`` waits)."""
-    node = NodeProcess(node_work, s3_server).start()
+    # with vLLM's prefix cache on (test_node_api.py moves an alias with it)
+    node = NodeProcess(node_work, s3_server, LORAHUB_ENGINE_PREFIX_CACHING="1").start()
     try:
         yield node
     finally:

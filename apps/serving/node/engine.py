@@ -85,6 +85,7 @@ class EngineSettings:
     # The node gives each request a priority from its tenant's standing (serving/fairness.py);
     # with requests of one priority, vLLM's priority policy is first come, first served.
     scheduling_policy: str = "priority"
+    prefix_caching: bool = False
 
     @classmethod
     def from_django_settings(cls, cache: CacheConfig | None = None) -> EngineSettings:
@@ -115,6 +116,7 @@ class EngineSettings:
             # the admission's seats and its fair-share headroom (node/admission.py)
             max_num_seqs=settings.LORAHUB_NODE_MAX_CONCURRENT + settings.LORAHUB_NODE_FAIR_HEADROOM,
             max_num_batched_tokens=settings.LORAHUB_ENGINE_MAX_BATCHED_TOKENS,
+            prefix_caching=settings.LORAHUB_ENGINE_PREFIX_CACHING,
         )
 
     def stock_server_argv(self, port: int, lora_modules: dict[str, Path]) -> list[str]:
@@ -143,7 +145,7 @@ class EngineSettings:
             f"--max-loras={self.max_loras}",
             f"--max-cpu-loras={self.max_cpu_loras}",
             f"--max-lora-rank={self.max_lora_rank}",
-            "--no-enable-prefix-caching",
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             "--disable-log-stats",
         ]
         if lora_modules:
@@ -208,7 +210,7 @@ class Engine:
             max_loras=s.max_loras,
             max_cpu_loras=s.max_cpu_loras,
             max_lora_rank=max_lora_rank,
-            enable_prefix_caching=False,
+            enable_prefix_caching=s.prefix_caching,
             disable_log_stats=True,
         )
         try:

@@ -9,7 +9,7 @@ import pytest
 
 from apps.demo import corpus
 from apps.demo.assets import DEMO_ADAPTERS, greedy_reference
-from apps.serving.node.engine import AdapterHandle
+from apps.serving.node.engine import AdapterHandle, Engine
 from tests.serving.node import engine_path
 
 pytestmark = pytest.mark.engine
@@ -167,3 +167,50 @@ def test_vllm_gets_the_priority_the_node_gave_the_request_never_the_body_s():
     finally:
         _CHOICE.reset(token)
     assert seen["priority"] == 7
+
+
+def generate_cached(engine, prompt: str, adapter: AdapterHandle) -> tuple[str, int]:
+    """A greedy answer from vLLM itself, and how many of its prompt's tokens came from the
+    prefix cache."""
+    import uuid
+
+    from vllm import SamplingParams
+
+    async def run() -> tuple[str, int]:
+        final = None
+        async for output in engine.engine.llm.generate(
+            prompt,
+            SamplingParams(max_tokens=12, temperature=0),
+            request_id=uuid.uuid4().hex,
+            lora_request=Engine._lora_request(adapter),
+        ):
+            final = output
+        assert final is not None
+        return final.outputs[0].text.strip(), final.num_cached_tokens or 0
+
+    return engine.run(run())
+
+
+def test_with_prefix_caching_one_version_s_cached_prompt_never_answers_for_another(
+    engine, demo_dir
+):
+    """vLLM #30931: a prefix cache keyed by what two versions share would hand one version's
+    KV blocks to the other. Each version's engine name, id and folder are its own (the node
+    never reuses them), so the same long prompt is cached per version and each answers with
+    its own weights, as an alias moving between them back and forth would ask."""
+    adapters = handles(demo_dir)
+    v1, v2 = adapters["support-v1"], adapters["support-v2"]
+    # longer than one KV block (128 tokens on the CPU), which is what the prefix cache keeps
+    preamble = " ".join(corpus.DEMO_PROMPTS) * 2
+    prompt = corpus.completion_prompt(f"{preamble} {corpus.UNSEEN_PROMPTS[1]}")
+    assert len(engine.engine.tokenizer().encode(prompt)) > 128
+
+    first_v1, cached = generate_cached(engine, prompt, v1)
+    assert cached == 0
+    first_v2, cached = generate_cached(engine, prompt, v2)
+    assert cached == 0, "v2 was given v1's cached blocks"
+    assert first_v1 != first_v2
+    for version, first in ((v1, first_v1), (v2, first_v2), (v1, first_v1)):
+        again, cached = generate_cached(engine, prompt, version)
+        assert cached >= 128, "the prefix cache is on and kept this version's blocks"
+        assert again == first, version.name

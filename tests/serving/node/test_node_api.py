@@ -69,6 +69,37 @@ def test_alias_answers_with_its_version_and_moves_take_effect(world):
     print(f"rollback in effect on the node after {seconds * 1000:.0f} ms")
 
 
+def test_with_prefix_caching_an_alias_moved_between_versions_answers_with_each_one_s_weights(
+    world,
+):
+    """The session node runs with vLLM's prefix cache on. A prompt longer than a KV block (128
+    tokens on the CPU), cached for v1, must not answer for v2 when the alias moves, nor v2's
+    for v1 when it moves back (vLLM #30931): each version's engine name is its own."""
+    a, control = world["a"], world["control"]
+    preamble = " ".join(corpus.DEMO_PROMPTS) * 2
+    prompt = corpus.completion_prompt(f"{preamble} {QUESTION}")
+
+    def answer(label: str) -> str:
+        deadline = time.monotonic() + 10  # the node follows a move (broadcast)
+        while True:
+            text, headers = complete(a, prompt=prompt)
+            if headers["x-lorahub-adapter"] == label:
+                return text
+            assert time.monotonic() < deadline, f"still served by {headers['x-lorahub-adapter']}"
+
+    v1 = answer("support@v1")
+    assert answer("support@v1") == v1  # from the prefix cache now
+    versions = world["versions"]
+    for label, version_id in (("support@v2", versions["v2"]), ("support@v1", versions["v1"])):
+        moved = control.put(
+            "/api/aliases/support", {"version_id": version_id}, content_type="application/json"
+        )
+        assert moved.status_code == 200
+        text = answer(label)
+        assert (text == v1) == (label == "support@v1"), (label, text)
+        assert answer(label) == text
+
+
 def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world, tenant_a):
     """Each request key gets the side the alias's split gives it (computed here from the same
     snapshot the node reads), with that side's weights, and keeps it."""
