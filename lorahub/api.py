@@ -19,6 +19,7 @@ from apps.registry.api import router as registry_router
 from apps.registry.storage import StorageError
 from apps.releases.api import router as releases_router
 from apps.serving.api import router as serving_router
+from apps.telemetry.api import router as telemetry_router
 from apps.tenants.api import router as tenants_router
 from apps.tenants.errors import DomainError, Throttled
 
@@ -31,6 +32,7 @@ api.add_router("/", serving_router)
 api.add_router("/", fleet_router)
 api.add_router("/", evaluations_router)
 api.add_router("/", releases_router)
+api.add_router("/", telemetry_router)
 
 
 @api.exception_handler(DomainError)

@@ -497,7 +497,12 @@ CELERY_BEAT_SCHEDULE = {
     # webhook deliveries whose message was lost; nodes gone quiet (the operators' node.down)
     "sweep-webhooks": {"task": "apps.tenants.tasks.sweep_webhooks", "schedule": 60.0},
     "watch-nodes": {"task": "apps.fleet.tasks.watch_nodes", "schedule": 30.0},
+    # the daily usage export (apps/telemetry/exports.py): hourly, it writes each finished day once
+    "export-usage": {"task": "apps.telemetry.tasks.export_usage", "schedule": 3600.0},
 }
+# How long after a UTC day ends its usage file waits for the nodes' late records (a request is
+# recorded when it ends, under the minute it started in).
+LORAHUB_USAGE_EXPORT_DELAY_S = env_int("LORAHUB_USAGE_EXPORT_DELAY_S", 900, minimum=0)
 # --- notifications (apps/tenants/webhooks.py) ---
 # A receiver must be public (the URL is a tenant's): private, loopback and link-local
 # addresses are refused unless allowed; HTTPS is required in production.

@@ -57,6 +57,7 @@ def minute_rows(records: Iterable[RequestRecord]) -> dict[tuple, Sums]:
         row["load_ms_sum"] += r.load_ms
         row["prompt_tokens"] += r.prompt_tokens
         row["completion_tokens"] += r.completion_tokens
+        _count_usage(row, r)
         _count_markers(row, r)
     return rollups
 
@@ -71,6 +72,22 @@ def coarser(rollups: dict[tuple, Sums]) -> tuple[dict[tuple, Sums], dict[tuple, 
         for step in PLATFORM_STEPS:
             merge(platform[(step, step_start(minute, step))], sums)
     return coarse, platform
+
+
+def engine_ms(r: RequestRecord) -> float:
+    """The engine's time on a request it answered (a first token came): from its seat in the
+    engine to its last token, without the admission wait and the adapter load; 0 otherwise."""
+    if r.ttft_ms is None:
+        return 0.0
+    return max(0.0, r.total_ms - r.queue_ms - r.load_ms)
+
+
+def _count_usage(row: dict[str, float], r: RequestRecord) -> None:
+    """Add what a request cost to its rollup row's usage counters (``usage.py``)."""
+    row["loads"] += 1 if r.load_caused else 0
+    spent = engine_ms(r)
+    row["engine_ms_sum"] += spent
+    row["engine_token_s_sum"] += spent / 1000 * (r.prompt_tokens + r.completion_tokens)
 
 
 def _count_markers(row: dict[str, float], r: RequestRecord) -> None:

@@ -25,6 +25,7 @@ class RequestLog(models.Model):
     # the load's own work (fetch, verify or check, engine add), without waits for a load
     # slot; null when the request caused no load: the replay's per-tier costs (requestlog.py)
     load_work_ms = models.FloatField(null=True)
+    load_caused = models.BooleanField(default=False)  # it started the load (usage's loads)
     queue_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True)
     total_ms = models.FloatField(default=0)
@@ -71,6 +72,13 @@ class Counts(models.Model):
     load_ms_sum = models.FloatField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
+    # usage (apps/telemetry/usage.py): requests that made the node load their adapter (fetch,
+    # verify, add to the engine), and the engine's time on the requests it answered: seconds
+    # from a seat in the engine to the last token, and those seconds times the request's
+    # tokens (an upper bound on its KV-cache occupancy: completion tokens arrive during it)
+    loads = models.PositiveIntegerField(default=0)
+    engine_ms_sum = models.FloatField(default=0)
+    engine_token_s_sum = models.FloatField(default=0)
     # output-quality markers (apps/telemetry/quality.py): how answers finished, empty answers,
     # requests vLLM refused, and of the requests that asked for JSON, answers that did not
     # parse or did not match the schema asked for

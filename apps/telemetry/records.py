@@ -19,6 +19,7 @@ class RequestRecord:
     degraded: bool = False
     load_ms: float = 0.0
     load_work_ms: float | None = None  # fetch, verify or check, add: without slot waits
+    load_caused: bool = False  # it started the load (concurrent requests share one)
     queue_ms: float = 0.0
     ttft_ms: float | None = None
     total_ms: float = 0.0

@@ -119,6 +119,7 @@ def write_records(node: str, records: list[RequestRecord]) -> None:
                     degraded=r.degraded,
                     load_ms=r.load_ms,
                     load_work_ms=r.load_work_ms,
+                    load_caused=r.load_caused,
                     queue_ms=r.queue_ms,
                     ttft_ms=r.ttft_ms,
                     total_ms=r.total_ms,

@@ -282,3 +282,33 @@ def test_release_commands_start_follow_and_control_a_release(
     assert watched.state == "aborted"
     gone = lorahub("release", "status", "support", key=admin_key)
     assert gone.exit_code == 4 and "has no active release" in gone.stderr
+
+
+def test_usage_prints_the_ledger_as_a_table_as_json_and_as_the_servers_csv(
+    lorahub, tenant_key, tenant_a, tenant_b
+):
+    from apps.telemetry import writers
+    from tests.helpers import key_client
+    from tests.telemetry.test_usage import traffic
+
+    for_a = [r for r in traffic([tenant_a, tenant_b], n=60) if r.tenant_id == tenant_a.pk]
+    writers.write_records("n1", for_a)
+    window = ("--from", "2026-11-30", "--to", "2026-12-03")
+    shown = lorahub("usage", *window, "--json", key=tenant_key)
+    assert shown.exit_code == 0, shown.stderr
+    control = key_client(tenant_a)
+    api = control.get("/api/usage", {"from": "2026-11-30", "to": "2026-12-03"})
+    assert shown.json() == api.json()
+    assert sum(row["requests"] for row in shown.json()["rows"]) == len(for_a)
+
+    sheet = lorahub("usage", *window, "--csv", key=tenant_key)
+    server = control.get("/api/usage.csv", {"from": "2026-11-30", "to": "2026-12-03"})
+    assert sheet.stdout == server.content.decode()
+    assert sheet.stdout.startswith("period,tenant,alias,version,requests,ok,")
+
+    text = lorahub("usage", *window, "--group-by", "alias", key=tenant_key)
+    assert text.exit_code == 0 and "support" in text.stdout
+    assert f"tokens in {len(for_a)} requests" in text.stderr
+    refused = lorahub("usage", "--granularity", "week", key=tenant_key)
+    assert refused.exit_code == 3
+    assert "granularity 'week' is not one of: day, hour" in refused.stderr

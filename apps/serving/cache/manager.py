@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,8 @@ class Placed:
     tier: str  # where it was found: L1, L2, L3 or L4
     load_ms: float
     timings: dict[str, float] = field(default_factory=dict)  # fetch, verify, check, add (ms)
+    # this call started the load (of concurrent callers sharing one load, exactly one did)
+    started: bool = False
 
 
 def lora_id_for(resolved: ResolvedVersion) -> int:
@@ -220,6 +222,7 @@ class CacheManager:
         handle = self._handle(resolved)
         started = self.book.observe(record.version_id)  # a learning policy counts every use
         placed: Placed | None = None
+        starter = False
         while True:
             if record.quarantined:
                 raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
@@ -228,7 +231,7 @@ class CacheManager:
                 if hold:
                     self.tiers.hold(record)
                 if placed is not None:  # it was loaded for this request
-                    return placed
+                    return replace(placed, started=starter)
                 return Placed(handle, tier, 0.0)
             left = None if deadline_s is None else deadline_s - (self.clock() - started)
             task = record.loading
@@ -239,6 +242,7 @@ class CacheManager:
                     await self._wait_for_room(left)
                     continue
                 task = self.loads.start(record, self._load(resolved, record, owner, handle))
+                starter = True
             if hold:
                 self.tiers.await_load(record, True)
             try:

@@ -28,6 +28,7 @@ class RequestTrace:
     tier: str = ""
     load_ms: float = 0.0
     load_work_ms: float | None = None  # the load's own work, without waits for a slot
+    load_caused: bool = False  # this request started the load (usage counts loads by it)
     queue_ms: float = 0.0
     ttft_ms: float | None = None
     degraded: bool = False  # the base model answered: the adapter could not load in time
@@ -120,6 +121,7 @@ def statistics_row(trace: RequestTrace, status: int, error: str) -> RequestRecor
         error=error,
         load_ms=trace.load_ms,
         load_work_ms=trace.load_work_ms,
+        load_caused=trace.load_caused,
         queue_ms=trace.queue_ms,
         ttft_ms=trace.ttft_ms,
         total_ms=(time.perf_counter() - trace.started) * 1000,

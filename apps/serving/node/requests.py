@@ -200,7 +200,7 @@ class RequestPath:
             raise errors.api_error(exc, label=trace.resolved.label) from None
         except (DiskFull, AdapterIntegrityError) as exc:
             raise errors.api_error(exc, label=trace.resolved.label) from None
-        trace.tier, trace.load_ms = placed.tier, placed.load_ms
+        trace.tier, trace.load_ms, trace.load_caused = placed.tier, placed.load_ms, placed.started
         if placed.timings:  # this request waited for a load: what the load itself cost
             trace.load_work_ms = sum(placed.timings.values())
         trace.held = placed.handle.lora_id

@@ -153,9 +153,9 @@ def handles_errors(command: F) -> F:
 
 def emit(as_json: bool, data: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> None:
     if isinstance(data, list | tuple):
-        payload: Any = [item.model_dump(mode="json") for item in data]
+        payload: Any = [item.model_dump(mode="json", by_alias=True) for item in data]
     elif isinstance(data, BaseModel):
-        payload = data.model_dump(mode="json")
+        payload = data.model_dump(mode="json", by_alias=True)
     else:
         payload = data
     if as_json:
@@ -830,6 +830,57 @@ def audit(
             for e in found
         ]
         table("audit log", ["at", "action", "by", "object"], rows)
+
+
+# --- usage -----------------------------------------------------------------------------------
+
+
+@app.command()
+@handles_errors
+def usage(
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="A date or whole UTC hour (default: this month's start)."),
+    ] = None,
+    to: Annotated[str | None, typer.Option("--to", help="Exclusive (default: now).")] = None,
+    group_by: Annotated[
+        str | None, typer.Option(help="Some of tenant,alias,version (default: all three).")
+    ] = None,
+    granularity: Annotated[str, typer.Option(help="day or hour.")] = "day",
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the rows as CSV.")] = False,
+    as_json: Json = False,
+) -> None:
+    """Requests, tokens, cache loads and engine time per day (or hour) and alias: what the
+    platform bills (docs/usage.md)."""
+    window = {"from": start, "to": to, "group_by": group_by, "granularity": granularity}
+    api = client()
+    if as_csv:
+        print(api.usage_csv(**window), end="")
+        return
+    found = api.usage(**window)
+    emit(as_json, found)
+    if not as_json:
+        groups = found.group_by
+        rows = [
+            [
+                row.period.strftime(
+                    "%Y-%m-%d %H:%M" if found.granularity == "hour" else "%Y-%m-%d"
+                ),
+                *(getattr(row, g) for g in groups),
+                row.requests,
+                row.prompt_tokens,
+                row.completion_tokens,
+                row.cache_loads,
+                f"{row.engine_seconds:.1f}",
+            ]
+            for row in found.rows
+        ]
+        columns = ["period", *groups, "requests", "prompt", "completion", "loads", "engine s"]
+        table(
+            f"usage from {found.from_:%Y-%m-%d %H:%M} to {found.to:%Y-%m-%d %H:%M}", columns, rows
+        )
+        total = sum(row.total_tokens for row in found.rows)
+        say(f"{total:,} tokens in {sum(row.requests for row in found.rows):,} requests")
 
 
 # --- chat ------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from lorahub_client.models import (
     NewApiKey,
     Release,
     SetRevision,
+    Usage,
     Version,
 )
 
@@ -95,6 +96,7 @@ ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
     "resume_release": ("POST", "/api/releases/{release_id}/resume", Release, False),
     "promote_release": ("POST", "/api/releases/{release_id}/promote", Release, False),
     "abort_release": ("POST", "/api/releases/{release_id}/abort", Release, False),
+    "usage": ("GET", "/api/usage", Usage, False),
 }
 
 # What the client downloads (not JSON): an approved version's files and its OpenSSF
@@ -103,6 +105,7 @@ ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
 DOWNLOADS: dict[str, tuple[str, str]] = {
     "version_file": ("GET", "/api/versions/{version_id}/files/{name}"),
     "public_key": ("GET", "/api/signing-keys/lorahub.pub"),
+    "usage_csv": ("GET", "/api/usage.csv"),
 }
 BUNDLE_NAME = "model.sig"
 
@@ -618,6 +621,17 @@ class Client:
     def revoke_key(self, prefix: str) -> ApiKey:
         prefix = prefix.removeprefix("lh_").split("_")[0]
         return self._call("revoke_key", path={"slug": self.tenant, "prefix": prefix})
+
+    def usage(self, **window: str | None) -> Usage:
+        """The usage ledger (``from``, ``to``, ``group_by``, ``granularity``, ``tenant``;
+        docs/usage.md)."""
+        return self._call("usage", params={k: v for k, v in window.items() if v})
+
+    def usage_csv(self, **window: str | None) -> str:
+        """The same rows as CSV, as the server writes them."""
+        method, path = DOWNLOADS["usage_csv"]
+        params = {k: v for k, v in window.items() if v}
+        return self.send(method, path, params=params).text
 
     def audit(self, *, action: str | None = None, limit: int = 200) -> list[AuditEvent]:
         params: dict[str, Any] = {"limit": limit}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Model(BaseModel):
@@ -248,3 +248,33 @@ class Release(Model):
     @property
     def finished(self) -> bool:
         return self.state in ("promoted", "rolled_back", "aborted")
+
+
+class UsageRow(Model):
+    SERVER_NAME = "UsageRowOut"
+    period: datetime  # the day's or the hour's start, UTC
+    tenant: str | None = None  # each present when the rows are grouped by it
+    alias: str | None = None
+    version: str | None = None  # adapter@version
+    requests: int
+    ok: int
+    server_failures: int
+    caller_errors: int
+    throttled: int
+    cancelled: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cache_loads: int
+    engine_seconds: float
+    engine_token_seconds: float
+
+
+class Usage(Model):
+    SERVER_NAME = "UsageOut"
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    from_: datetime = Field(alias="from")
+    to: datetime
+    granularity: str
+    group_by: list[str]
+    rows: list[UsageRow]

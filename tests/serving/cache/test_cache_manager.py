@@ -65,6 +65,9 @@ def test_concurrent_requests_for_a_cold_version_share_one_fetch_and_one_add(worl
     assert engine.adds == [1]
     assert {p.tier for p in placed} == {"L4"}
     assert set(placed[0].timings) == {"fetch_ms", "verify_ms", "add_ms"}
+    # usage counts the load once: for the one request that started it
+    assert [p.started for p in placed].count(True) == 1
+    assert not run(cache.activate(version(1))).started  # and a hit caused none
 
 
 def test_a_missed_deadline_raises_but_the_load_carries_on(world):

@@ -407,8 +407,9 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
         time.sleep(0.2)
     served = RequestLog.objects.filter(tenant=tenant_a, alias="support", status=200)
     rows = list(served.order_by("-id")[:3])[::-1]  # these three requests', in order
-    # each logged with the tier the node answered it from
+    # each logged with the tier the node answered it from, and a load only where it caused one
     assert [r.tier for r in rows] == tiers
+    assert [r.load_caused for r in rows] == [tier in ("L3", "L4") for tier in tiers]
     row = rows[-1]
     assert row.adapter_id == "support" and row.version == "v1" and row.ttft_ms > 0
     assert row.completion_tokens > 0

@@ -1,0 +1,109 @@
+"""Usage endpoints: the chargeback ledger as JSON and as CSV (docs/usage.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Field, Query, Router, Schema
+
+from apps.telemetry import usage
+from apps.tenants.api import visible_tenant
+from apps.tenants.auth import API_AUTH, Principal
+
+router = Router(tags=["usage"], auth=API_AUTH)
+
+
+class UsageRowOut(Schema):
+    period: datetime  # the day's or the hour's start, UTC
+    tenant: str | None = None  # present when grouped by it
+    alias: str | None = None
+    version: str | None = None  # adapter@version
+    requests: int
+    ok: int
+    server_failures: int
+    caller_errors: int
+    throttled: int
+    cancelled: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cache_loads: int
+    engine_seconds: float
+    engine_token_seconds: float
+
+
+class UsageOut(Schema):
+    from_: datetime = Field(..., alias="from")
+    to: datetime
+    granularity: str
+    group_by: list[str]
+    rows: list[UsageRowOut]
+
+
+def _ledger(
+    request: HttpRequest,
+    start: str | None,
+    end: str | None,
+    group_by: str | None,
+    granularity: str | None,
+    tenant: str | None,
+) -> tuple[usage.Query, list[dict]]:
+    """Tenants read their own; an operator every tenant's (or the one named)."""
+    principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth
+    query = usage.parse_query(start, end, group_by, granularity)
+    if tenant:
+        scope: frozenset[int] | None = frozenset({visible_tenant(principal, tenant).id})
+    else:
+        scope = None if principal.is_operator else principal.tenant_ids
+    return query, usage.usage_rows(query, scope)
+
+
+@router.get("/usage", response=UsageOut, by_alias=True)
+def get_usage(
+    request: HttpRequest,
+    start: Annotated[str | None, Query(alias="from")] = None,
+    to: str | None = None,
+    group_by: str | None = None,
+    granularity: str | None = None,
+    tenant: str | None = None,
+):
+    """Requests, tokens, cache loads and engine time per period and group: `from` and `to`
+    (dates or whole UTC hours, `to` exclusive; default this month), `group_by` (some of
+    tenant, alias, version; default all), `granularity` (day or hour)."""
+    query, rows = _ledger(request, start, to, group_by, granularity, tenant)
+    return {
+        "from": query.start,
+        "to": query.end,
+        "granularity": query.granularity,
+        "group_by": list(query.group_by),
+        "rows": rows,
+    }
+
+
+@router.get(
+    "/usage.csv",
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "the rows as CSV, one header line",
+                "content": {"text/csv": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        }
+    },
+)
+def get_usage_csv(
+    request: HttpRequest,
+    start: Annotated[str | None, Query(alias="from")] = None,
+    to: str | None = None,
+    group_by: str | None = None,
+    granularity: str | None = None,
+    tenant: str | None = None,
+):
+    """The same rows as `GET /api/usage`, as CSV (what `lorahub usage --csv` prints)."""
+    query, rows = _ledger(request, start, to, group_by, granularity, tenant)
+    response = HttpResponse(usage.to_csv(query, rows), content_type="text/csv")
+    name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
