@@ -179,6 +179,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # thousands separators on the usage page
     # django-ninja's Swagger UI files, served locally (no CDN: machines may have no internet)
     "ninja",
     "axes",

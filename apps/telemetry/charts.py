@@ -4,6 +4,7 @@ that the page hands to Plotly.js. Built from ``dashboards.series`` and ``dashboa
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 Figure = dict[str, Any]
@@ -366,5 +367,31 @@ def shadow(minutes: list[dict], since: str, until: str) -> Figure:
             "share",
             yaxis={"title": {"text": "share"}, "range": [0, 1.05], "tickformat": ".0%"},
             xaxis={"type": "date", "range": [since, until]},
+        ),
+    }
+
+
+def usage(days: list, stacks: dict[str, dict], stack_name: str) -> Figure:
+    """Tokens per day, one bar segment per ``stack_name`` (alias or tenant)."""
+    x = [d.isoformat() for d in days]
+    # half a day either side, so that the first and last bars are whole
+    bounds = [f"{days[0] - timedelta(days=1)}T12:00:00", f"{days[-1]}T12:00:00"] if days else None
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "name": name,
+                "x": x,
+                "y": [per_day.get(d, 0) for d in days],
+                "hovertemplate": f"{name}: %{{y:,}} tokens<extra></extra>",
+            }
+            for name, per_day in sorted(stacks.items())
+        ],
+        "layout": _layout(
+            f"Tokens per day, by {stack_name} (prompt + completion)",
+            "tokens",
+            barmode="stack",
+            height=320,
+            xaxis={"type": "date", "range": bounds},
         ),
     }

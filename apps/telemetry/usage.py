@@ -177,3 +177,52 @@ def to_csv(query: Query, rows: list[dict]) -> str:
     for row in rows:
         writer.writerow({**row, "period": row["period"].strftime("%Y-%m-%dT%H:%M:%SZ")})
     return out.getvalue()
+
+
+def month_window(month: str | None) -> tuple[date, date]:
+    """The first day of ``month`` (``YYYY-MM``; default this month, UTC) and of the next."""
+    today = datetime.now(UTC).date()
+    if month:
+        try:
+            first = date.fromisoformat(f"{month}-01")
+        except ValueError:
+            raise Invalid(f"month '{month}' is not a month like 2026-12") from None
+    else:
+        first = today.replace(day=1)
+    following = (first + timedelta(days=32)).replace(day=1)
+    return first, following
+
+
+def month_summary(month: str | None, tenant_ids: Iterable[int] | None, stack: str) -> dict:
+    """A month of a usage page: tokens per day stacked by ``stack`` (alias for a tenant,
+    tenant for an operator), totals per (tenant, alias, version), and the month's total."""
+    first, following = month_window(month)
+    query = parse_query(first.isoformat(), following.isoformat(), None, "day")
+    rows = usage_rows(query, tenant_ids)
+    totals: dict[tuple[str, str, str], dict] = {}
+    for row in rows:
+        key = (row["tenant"], row["alias"], row["version"])
+        into = totals.setdefault(key, dict.fromkeys(COUNTS, 0))
+        for name in COUNTS:
+            into[name] += row[name]
+    days = [first + timedelta(days=i) for i in range((following - first).days)]
+    stacks: dict[str, dict[date, int]] = {}
+    for row in rows:
+        per_day = stacks.setdefault(row[stack], {})
+        day = row["period"].date()
+        per_day[day] = per_day.get(day, 0) + row["total_tokens"]
+    return {
+        "query": query,
+        "month": first,
+        "previous": (first - timedelta(days=1)).strftime("%Y-%m"),
+        "next": following.strftime("%Y-%m"),
+        "days": days,
+        "stacks": stacks,
+        "groups": [
+            {"tenant": t, "alias": a, "version": v, **counts}
+            for (t, a, v), counts in sorted(totals.items())
+        ],
+        "total_tokens": sum(row["total_tokens"] for row in rows),
+        "requests": sum(row["requests"] for row in rows),
+        "rows": rows,
+    }

@@ -3,12 +3,12 @@ data behind their charts."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 
 from apps.registry.models import Adapter
-from apps.telemetry import charts, dashboards
+from apps.telemetry import charts, dashboards, usage
 from apps.telemetry.engine_share import engine_share
 from apps.tenants import services as tenant_services
 from apps.tenants.console import (
@@ -18,6 +18,7 @@ from apps.tenants.console import (
     signed_in,
     tenant_or_404,
 )
+from apps.tenants.errors import Invalid
 
 
 def _range(request: HttpRequest, where=dashboards.PLATFORM) -> dashboards.Range:
@@ -127,3 +128,60 @@ def operator_dashboard_data(request: HttpRequest) -> JsonResponse:
             "range": rng.key,
         }
     )
+
+
+def _month(request: HttpRequest, tenant_ids, stack: str) -> dict:
+    try:
+        return usage.month_summary(request.GET.get("month"), tenant_ids, stack)
+    except Invalid as exc:
+        raise Http404(exc.message) from None
+
+
+def _usage_page(request: HttpRequest, tenant, summary: dict, stack: str) -> HttpResponse:
+    return render(
+        request,
+        "serving/usage.html",
+        {
+            "tenant": tenant,
+            "summary": summary,
+            "figure": charts.usage(summary["days"], summary["stacks"], stack),
+            "csv_url": (
+                reverse("telemetry:usage_csv", args=[tenant.slug])
+                if tenant
+                else reverse("telemetry:operator_usage_csv")
+            ),
+            "section": "usage" if tenant else "operator_usage",
+        },
+    )
+
+
+def _csv(summary: dict, name: str) -> HttpResponse:
+    response = HttpResponse(
+        usage.to_csv(summary["query"], summary["rows"]), content_type="text/csv"
+    )
+    response["Content-Disposition"] = (
+        f'attachment; filename="usage-{name}-{summary["month"]:%Y-%m}.csv"'
+    )
+    return response
+
+
+@require(signed_in, "signed-in users")
+def tenant_usage(request: HttpRequest, slug: str) -> HttpResponse:
+    tenant = tenant_or_404(principal_of(request), slug)
+    return _usage_page(request, tenant, _month(request, [tenant.id], "alias"), "alias")
+
+
+@require(signed_in, "signed-in users")
+def tenant_usage_csv(request: HttpRequest, slug: str) -> HttpResponse:
+    tenant = tenant_or_404(principal_of(request), slug)
+    return _csv(_month(request, [tenant.id], "alias"), tenant.slug)
+
+
+@require(operators, "operators")
+def operator_usage(request: HttpRequest) -> HttpResponse:
+    return _usage_page(request, None, _month(request, None, "tenant"), "tenant")
+
+
+@require(operators, "operators")
+def operator_usage_csv(request: HttpRequest) -> HttpResponse:
+    return _csv(_month(request, None, "tenant"), "all-tenants")
