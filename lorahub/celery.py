@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
+
+from lorahub.tracing import instrument_worker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lorahub.settings")
 
 app = Celery("lorahub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# traces (lorahub/tracing.py): off unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+@signals.worker_init.connect
+def _trace_worker(**_: object) -> None:
+    instrument_worker("lorahub-worker")
+
+
+@signals.beat_init.connect
+def _trace_beat(**_: object) -> None:
+    instrument_worker("lorahub-beat")
 
 
 @app.task(name="lorahub.ping")

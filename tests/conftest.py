@@ -25,6 +25,7 @@ from django.conf import settings
 
 from apps.tenants import services as tenant_services
 from apps.tenants.choices import PlatformRole, TenantRole
+from tests.harness.otlp import OtlpReceiver
 from tests.harness.processes import (
     EngineRunner,
     NodeProcess,
@@ -269,7 +270,16 @@ def published(s3_settings, signing_key, base_model, tenant_a, reviewer, demo_dir
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str]:
+def otlp() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver for the session: the session's worker and node send it their
+    traces (tests/test_tracing.py, tests/serving/node/test_node_api.py read them)."""
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, s3_server, otlp) -> Iterator[str]:
     """The session's Celery worker (see ``start_worker``)."""
     import redis
 
@@ -277,7 +287,7 @@ def celery_worker(django_db_setup, django_db_blocker, s3_server) -> Iterator[str
     if not broker.startswith("redis://"):
         pytest.fail("tests need CELERY_BROKER_URL=redis://...; run them with `make test`")
     redis.Redis.from_url(broker).flushdb()
-    proc, name = start_worker(s3_server)
+    proc, name = start_worker(s3_server, **otlp.env)
     try:
         yield name
     finally:
@@ -369,10 +379,12 @@ def node_work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def session_node_starting(django_db_setup, s3_server, demo_dir, node_work) -> Iterator[NodeProcess]:
+def session_node_starting(
+    django_db_setup, s3_server, demo_dir, node_work, otlp
+) -> Iterator[NodeProcess]:
     """The session node's process, spawned and not yet waited for (``session_node`` waits)."""
-    # with vLLM's prefix cache on (test_node_api.py moves an alias with it)
-    node = NodeProcess(node_work, s3_server, LORAHUB_ENGINE_PREFIX_CACHING="1").start()
+    # with vLLM's prefix cache on (test_node_api.py moves an alias with it), sending its traces
+    node = NodeProcess(node_work, s3_server, LORAHUB_ENGINE_PREFIX_CACHING="1", **otlp.env).start()
     try:
         yield node
     finally:

@@ -101,7 +101,9 @@ class Router:
 
 
 @pytest.fixture(scope="module")
-def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_factory) -> Iterator:
+def fleet(
+    django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_factory, otlp
+) -> Iterator:
     """Two nodes (registered in the registry), then HAProxy rendered from the registry."""
     if shutil.which("haproxy") is None:
         pytest.fail("HAProxy is not installed; `make test` installs Debian's haproxy package")
@@ -114,6 +116,7 @@ def fleet(django_db_setup, django_db_blocker, s3_server, demo_dir, tmp_path_fact
             LORAHUB_NODE_LOST_AFTER_S="3",
             # out of rotation before it stops listening: two failed checks of CHECK_MS each
             LORAHUB_NODE_DRAIN_LEAVE_S="2",
+            **otlp.env,  # their traces, for the traceparent through HAProxy
         )
         for name in ("fleet-a", "fleet-b")
     }
@@ -221,6 +224,27 @@ def test_requests_for_one_alias_land_on_one_node(world):
     # after the first load the owner serves it from its engine
     assert [r.headers["x-lorahub-cache-tier"] for r in answers[1:]] == ["L1"] * 5
     assert all(r.json()["choices"][0]["text"].strip().startswith(V1) for r in answers)
+
+
+def test_haproxy_passes_the_callers_traceparent_to_the_node_that_answers(world, otlp):
+    import secrets
+
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    answer = httpx.post(
+        f"{world['router'].url}/v1/completions",
+        headers={
+            "Authorization": f"Bearer {world['key']}",
+            "traceparent": f"00-{caller_trace}-{caller_span}-01",
+        },
+        json={"model": "support", "prompt": PROMPT, "max_tokens": 4, "temperature": 0},
+        timeout=120,
+    )
+    assert answer.status_code == 200, answer.text
+    spans = otlp.wait_for(
+        caller_trace, lambda spans: any(s.name == "lorahub.stream" for s in spans)
+    )
+    (server,) = [s for s in spans if s.parent_id == caller_span]
+    assert server.attributes["lorahub.node"] == answer.headers["x-lorahub-node"]
 
 
 def test_a_burst_on_one_alias_spreads_to_a_second_node(world):

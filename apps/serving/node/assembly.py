@@ -37,7 +37,7 @@ from apps.serving.cache import download, evictions, report
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
-from apps.serving.node import lifeline
+from apps.serving.node import lifeline, spans
 from apps.serving.node.admission import Admission
 from apps.serving.node.background import BackgroundTasks
 from apps.serving.node.body_limit import BodyLimit
@@ -53,6 +53,7 @@ from apps.serving.node.requests import RequestPath
 from apps.serving.node.shadow import Shadows
 from apps.serving.node.stats_recorder import StatsRecorder
 from apps.serving.node.trust import Trust
+from lorahub import tracing
 from lorahub.addresses import caller_address
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,7 @@ class Node:
         self.engine.shutdown()
         download.stop()
         await offload.run(self.stats.stop)
+        await offload.run(tracing.shutdown)  # the spans still batched go out
         # Whatever the node started and is still there (an engine whose start timed out
         # above, its workers, vLLM's helpers) ends with it.
         await offload.run(lifeline.end_descendants)
@@ -398,6 +400,7 @@ def build_app(engine_settings: EngineSettings | None = None) -> Starlette:
         ],
         lifespan=lifespan,
         middleware=[
+            *spans.middleware(),  # the server span, when this node sends traces
             Middleware(BodyLimit, limit_bytes=settings.LORAHUB_NODE_MAX_BODY_KB * 1024),
             Middleware(node.drain.middleware),
         ],

@@ -10,11 +10,13 @@ from typing import Any
 
 from apps.fleet.node_registry import node_header
 from apps.registry.contracts import ResolvedVersion
+from apps.serving.node.generation import Generation
 from apps.serving.node.lookups import Caller
 from apps.serving.node.metrics import NodeMetrics
 from apps.serving.node.shadow import Answer, Mirrored
 from apps.telemetry import outcomes, quality
 from apps.telemetry.records import RequestRecord
+from lorahub import tracing
 
 
 @dataclass
@@ -22,6 +24,9 @@ class RequestTrace:
     """What one request did, for its headers, its metrics and its statistics row."""
 
     started: float = field(default_factory=time.perf_counter)
+    wall_ns: int = field(default_factory=time.time_ns)  # the same moment, for span times
+    span: Any = field(default_factory=tracing.current_span)  # the server's (None: no tracing)
+    marks: dict[str, float] = field(default_factory=dict)  # step -> perf_counter (spans.py)
     caller: Caller | None = None
     alias: str = ""
     resolved: ResolvedVersion | None = None
@@ -51,6 +56,10 @@ class RequestTrace:
     body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy
     chat: bool = False
     texts: list[str] = field(default_factory=list)  # the answer's, when kept (JSON, shadow)
+
+    def mark(self, step: str) -> None:
+        """The moment ``step`` ended (resolved, placing, placed, seated), for its span."""
+        self.marks[step] = time.perf_counter()
 
     def headers(self) -> dict[str, str]:
         if self.resolved is not None:
@@ -106,6 +115,22 @@ def count(metrics: NodeMetrics, trace: RequestTrace, status: int, error: str) ->
             metrics.output_markers.labels(
                 tenant=tenant_label, adapter=adapter_label, marker=marker
             ).inc()
+
+
+def observe(trace: RequestTrace, generation: Generation) -> None:
+    """What the engine reported of the request: first token, tokens, how it finished, and
+    the JSON asked for judged against the answer."""
+    if trace.ttft_ms is None and generation.first_token_s is not None:
+        trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
+    trace.prompt_tokens = generation.prompt_tokens
+    trace.completion_tokens = generation.completion_tokens
+    trace.finish_reason = generation.finish_reason
+    trace.empty_output = generation.empty_output
+    if generation.keep_text:  # always when JSON was asked for
+        trace.texts = generation.texts()
+    if trace.json is not None and generation.finish_reasons:
+        verdict = quality.judge_json(trace.texts, trace.json)
+        trace.json_valid, trace.json_matches = verdict.valid, verdict.matches
 
 
 def statistics_row(trace: RequestTrace, status: int, error: str) -> RequestRecord:

@@ -27,7 +27,7 @@ from apps.serving import offload
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.landing import AdapterIntegrityError, DiskFull
 from apps.serving.cache.manager import CacheManager, LoadDeadline, LoadQueueFull, Placed
-from apps.serving.node import errors, record, streaming
+from apps.serving.node import errors, record, spans, streaming
 from apps.serving.node import openai_protocol as oai
 from apps.serving.node.admission import Admission
 from apps.serving.node.config_in_force import ConfigInForce
@@ -168,6 +168,7 @@ class RequestPath:
         the load queue is full or the deadline passes, the tier's overload action applies:
         the base model answers (``degrade``), or 503 with ``Retry-After``.
         """
+        trace.mark("placing")
         if trace.resolved is None:
             return None
         caller = trace.caller
@@ -291,6 +292,7 @@ class RequestPath:
             # the stream ends: it takes them over with ``pop_all``.
             async with contextlib.AsyncExitStack() as holding:
                 body = await parse()
+                trace.mark("resolved")
                 model = body["model"]
                 trace.json = quality.json_wanted(body)
                 trace.body, trace.chat = body, chat
@@ -302,9 +304,11 @@ class RequestPath:
                 # Place first: a cold load must not hold a generation slot that hot requests
                 # need (no head-of-line blocking).
                 handle = await self.place(trace)
+                trace.mark("placed")
                 await holding.enter_async_context(ticket.slot(reserve=oai.output_budget(body)))
                 trace.queue_ms = ticket.waited_ms
                 await self.cache.enter_engine(handle.lora_id if handle else None)
+                trace.mark("seated")
                 trace.active = handle is not None
                 if self.seams.faults:
                     await self.seams.apply(trace.resolved.version_id if trace.resolved else None)
@@ -319,7 +323,7 @@ class RequestPath:
                 trace.generating = True
                 result = await self._generate(request, engine_request, handle, model, generation)
                 if isinstance(result, dict):
-                    self._observe(trace, generation)
+                    record.observe(trace, generation)
                     self._finish(trace, 200)
                     return JSONResponse(result, headers=trace.headers())
                 # vLLM checks the request when it first runs it: take the first event before
@@ -355,19 +359,6 @@ class RequestPath:
                 errors.api_error(exc, label=label, engine_ready=self.engine.is_ready), trace
             )
 
-    def _observe(self, trace: RequestTrace, generation: Generation) -> None:
-        if trace.ttft_ms is None and generation.first_token_s is not None:
-            trace.ttft_ms = (generation.first_token_s - trace.started) * 1000
-        trace.prompt_tokens = generation.prompt_tokens
-        trace.completion_tokens = generation.completion_tokens
-        trace.finish_reason = generation.finish_reason
-        trace.empty_output = generation.empty_output
-        if generation.keep_text:  # always when JSON was asked for
-            trace.texts = generation.texts()
-        if trace.json is not None and generation.finish_reasons:
-            verdict = quality.judge_json(trace.texts, trace.json)
-            trace.json_valid, trace.json_matches = verdict.valid, verdict.matches
-
     async def _generate(
         self,
         request: Request,
@@ -393,7 +384,7 @@ class RequestPath:
     # --- step 5 ----------------------------------------------------------------------------
 
     def _end(self, trace: RequestTrace, generation: Generation, status: int) -> None:
-        self._observe(trace, generation)
+        record.observe(trace, generation)
         self._finish(trace, status)
 
     def _finish(self, trace: RequestTrace, status: int, error: str = "") -> None:
@@ -402,6 +393,7 @@ class RequestPath:
             return
         record.count(self.metrics, trace, status, error)
         self.stats.record(record.statistics_row(trace, status, error))
+        spans.emit(trace, status)
         if trace.shadow is not None and status == 200 and self.shadows is not None:
             self.shadows.offer(record.mirrored(trace))
 
@@ -437,7 +429,7 @@ class RequestPath:
                 await self.engine.openai(
                     engine_request, adapter=handle, model_name=shadow.label, generation=generation
                 )
-                self._observe(trace, generation)
+                record.observe(trace, generation)
         finally:
             self.let_go(trace)
         return record.answer_of(trace)

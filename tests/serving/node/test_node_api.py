@@ -4,6 +4,7 @@ on the demo model) on PostgreSQL, Redis and the S3 server, driven through the co
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import threading
 import time
@@ -926,3 +927,68 @@ def test_a_tenant_flooding_the_node_does_not_hold_back_another_s_first_token(wor
     assert all(s["arrivals"][-1] > quiet["arrivals"][0] for s in streams)
     assert float(quiet["headers"]["x-lorahub-queue-ms"]) < bound * 1000
     assert node_metric(url, "node_tenant_queue_seconds_count", tenant="tenant-b") >= 2
+
+
+STEPS = (
+    "lorahub.resolve",
+    "lorahub.cache.place",
+    "lorahub.admission.wait",
+    "lorahub.engine",
+    "lorahub.stream",
+)
+
+
+def test_a_request_is_one_trace_under_the_callers_traceparent_with_each_step(world, otlp):
+    """The session node sends its traces to the test's OTLP receiver: a caller's traceparent
+    is continued, the server span has the request's steps as children, in order, each naming
+    the tenant, alias, version and node, and none carries the prompt or the key."""
+    import secrets
+
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    prompt = corpus.completion_prompt(QUESTION)
+    with httpx.stream(
+        "POST",
+        f"{world['url']}/v1/completions",
+        json={"model": "support", "prompt": prompt, "max_tokens": 8, "stream": True},
+        headers={
+            "Authorization": f"Bearer {world['a_key']}",
+            "traceparent": f"00-{caller_trace}-{caller_span}-01",
+        },
+        timeout=60,
+    ) as answer:
+        assert answer.status_code == 200
+        assert "[DONE]" in "".join(answer.iter_text())
+
+    def complete_trace(spans) -> bool:
+        return {s.name for s in spans} >= set(STEPS)
+
+    spans = otlp.wait_for(caller_trace, complete_trace)
+    server = [s for s in spans if s.parent_id == caller_span]
+    assert len(server) == 1, [(s.name, s.parent_id) for s in spans]
+    root = server[0]
+    assert root.service == "lorahub-node" and root.name.startswith("POST")
+    steps = {s.name: s for s in spans if s.parent_id == root.span_id and s.name in STEPS}
+    assert set(steps) == set(STEPS)
+    for earlier, later in itertools.pairwise(STEPS):
+        assert steps[earlier].start_ns <= steps[later].start_ns, (earlier, later)
+    assert steps["lorahub.engine"].end_ns <= steps["lorahub.stream"].start_ns + 1000
+    for span in [root, *steps.values()]:
+        assert span.attributes["lorahub.tenant"] == "tenant-a", span.name
+        assert span.attributes["lorahub.alias"] == "support"
+        assert span.attributes["lorahub.version"] == "support@v1"
+        assert span.attributes["lorahub.node"] == "test-node"
+        said = repr(span.attributes)
+        assert QUESTION not in said and world["a_key"] not in said, span.name
+    placed = steps["lorahub.cache.place"].attributes
+    assert placed["lorahub.cache.source_tier"] in ("L1", "L2", "L3", "L4")
+    assert placed["lorahub.adapter.bytes"] > 0
+    assert steps["lorahub.stream"].attributes["gen_ai.usage.output_tokens"] > 0
+
+    # a request without a traceparent is a trace of its own
+    before = {s.trace_id for s in otlp.spans}
+    _, headers = complete(world["a"])
+    assert headers["x-lorahub-adapter"] == "support@v1"
+    deadline = time.monotonic() + 20
+    while not [s for s in otlp.spans if s.name == "lorahub.engine" and s.trace_id not in before]:
+        assert time.monotonic() < deadline, "the second request sent no trace of its own"
+        time.sleep(0.1)
