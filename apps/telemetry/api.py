@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
 from django.http import HttpRequest, HttpResponse
 from ninja import Field, Query, Router, Schema
@@ -42,37 +41,33 @@ class UsageOut(Schema):
     rows: list[UsageRowOut]
 
 
-def _ledger(
-    request: HttpRequest,
-    start: str | None,
-    end: str | None,
-    group_by: str | None,
-    granularity: str | None,
-    tenant: str | None,
-) -> tuple[usage.Query, list[dict]]:
+class UsageQuery(Schema):
+    """The window and grouping asked for (``usage.parse_query`` checks them)."""
+
+    start: str | None = Field(None, alias="from")  # a date or a whole UTC hour
+    to: str | None = None  # exclusive
+    group_by: str | None = None  # some of tenant,alias,version
+    granularity: str | None = None  # day or hour
+    tenant: str | None = None  # an operator's pick of one tenant
+
+
+def _ledger(request: HttpRequest, asked: UsageQuery) -> tuple[usage.Query, list[dict]]:
     """Tenants read their own; an operator every tenant's (or the one named)."""
     principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth
-    query = usage.parse_query(start, end, group_by, granularity)
-    if tenant:
-        scope: frozenset[int] | None = frozenset({visible_tenant(principal, tenant).id})
+    query = usage.parse_query(asked.start, asked.to, asked.group_by, asked.granularity)
+    if asked.tenant:
+        scope: frozenset[int] | None = frozenset({visible_tenant(principal, asked.tenant).id})
     else:
         scope = None if principal.is_operator else principal.tenant_ids
     return query, usage.usage_rows(query, scope)
 
 
 @router.get("/usage", response=UsageOut, by_alias=True)
-def get_usage(
-    request: HttpRequest,
-    start: Annotated[str | None, Query(alias="from")] = None,
-    to: str | None = None,
-    group_by: str | None = None,
-    granularity: str | None = None,
-    tenant: str | None = None,
-):
+def get_usage(request: HttpRequest, asked: Query[UsageQuery]):
     """Requests, tokens, cache loads and engine time per period and group: `from` and `to`
     (dates or whole UTC hours, `to` exclusive; default this month), `group_by` (some of
     tenant, alias, version; default all), `granularity` (day or hour)."""
-    query, rows = _ledger(request, start, to, group_by, granularity, tenant)
+    query, rows = _ledger(request, asked)
     return {
         "from": query.start,
         "to": query.end,
@@ -93,16 +88,9 @@ def get_usage(
         }
     },
 )
-def get_usage_csv(
-    request: HttpRequest,
-    start: Annotated[str | None, Query(alias="from")] = None,
-    to: str | None = None,
-    group_by: str | None = None,
-    granularity: str | None = None,
-    tenant: str | None = None,
-):
+def get_usage_csv(request: HttpRequest, asked: Query[UsageQuery]):
     """The same rows as `GET /api/usage`, as CSV (what `lorahub usage --csv` prints)."""
-    query, rows = _ledger(request, start, to, group_by, granularity, tenant)
+    query, rows = _ledger(request, asked)
     response = HttpResponse(usage.to_csv(query, rows), content_type="text/csv")
     name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
