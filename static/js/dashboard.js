@@ -75,21 +75,30 @@ function showVersions(versions) {
   section.querySelector("tbody").replaceChildren(...rows);
 }
 
+// Each change starts a load; only the latest one draws. Two changes in a row (an adapter, then
+// a range) start two, and the first one's answer may come last: it must not draw over the
+// second's (the page would show one range and say another).
+let latest = 0;
+
 async function load() {
   const form = document.getElementById("dashboard-controls");
   const status = document.getElementById("dashboard-status");
   const params = new URLSearchParams(new FormData(form));
+  const mine = ++latest;
   history.replaceState(null, "", `?${params}`);
   status.textContent = "loading…";
   const response = await fetch(`${form.dataset.url}?${params}`, { credentials: "same-origin" });
+  if (mine !== latest) return;
   if (!response.ok) { status.textContent = `could not load the data (HTTP ${response.status})`; return; }
   const body = await response.json();
+  if (mine !== latest) return;
   showTotals(body.totals);
   showVersions(body.versions || []);
   for (const [id, figure] of Object.entries(body.figures)) {
     const element = document.getElementById(id);
     if (!element) continue;
     await Plotly.react(element, figure.data, figure.layout, { displaylogo: false, responsive: true });
+    if (mine !== latest) return;
   }
   status.textContent = body.totals.requests ? "" : "no requests in this range yet";
   document.body.dataset.dashboardLoaded = body.range;

@@ -123,3 +123,31 @@ def test_the_rest_api_docs_are_served_without_internet(page, console, tenant_a):
         "script[src], link[href]", "els => els.map(e => e.src || e.href)"
     )
     assert scripts and all(url.startswith(console) for url in scripts), scripts
+
+
+def test_a_dashboard_answer_that_comes_late_never_draws_over_a_newer_one(
+    page, console, tenant_a, monkeypatch
+):
+    """Two changes in a row start two loads; the first one's answer arriving last must not
+    draw its range over the second's (seen in CI: 'Last week' picked, 'hour' drawn)."""
+    import time
+
+    from apps.telemetry import dashboards
+
+    series = dashboards.series
+
+    def slow_hours(where, rng):  # the live server runs in this process
+        if rng.key == "hour":
+            time.sleep(2)  # the answer for the range picked first comes back last
+        return series(where, rng)
+
+    sign_in(page, "alice")
+    page.goto("/t/tenant-a/dashboard/?range=day")
+    expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "day")
+    monkeypatch.setattr(dashboards, "series", slow_hours)
+    page.locator("label.pill", has_text="Last hour").click()
+    page.locator("label.pill", has_text="Last week").click()
+    expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "week")
+    page.wait_for_timeout(3000)  # the slow answer has come back by now, and was dropped
+    expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "week")
+    assert "range=week" in page.url
