@@ -30,6 +30,10 @@ BUNDLE_NAME = "model.sig"
 PUBLIC_KEY_NAME = "lorahub.pub"
 
 
+class NoBundleKey(ImproperlyConfigured):
+    """No model-signing key has been made yet (a fresh install before ``init_signing_key``)."""
+
+
 def _private_pem() -> bytes:
     if settings.LORAHUB_BUNDLE_KEY:
         return settings.LORAHUB_BUNDLE_KEY.encode()
@@ -37,7 +41,7 @@ def _private_pem() -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise ImproperlyConfigured(
+        raise NoBundleKey(
             f"no model-signing key at {path}: set LORAHUB_BUNDLE_KEY or LORAHUB_BUNDLE_KEY_FILE, "
             "or run `python manage.py init_signing_key`"
         ) from None

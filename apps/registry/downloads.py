@@ -7,7 +7,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
 from django.http import FileResponse, HttpResponse
 
 from apps.registry import bundles
@@ -52,7 +51,7 @@ def version_file(version: AdapterVersion, name: str) -> FileResponse:
 def public_key() -> HttpResponse:
     try:
         pem = bundles.public_key_pem()
-    except ImproperlyConfigured:
+    except bundles.NoBundleKey:  # a key that is there but wrong stays a server error
         raise NotFound(
             "this control plane has no model-signing key yet; an operator creates it with "
             "`python manage.py init_signing_key`"

@@ -17,6 +17,7 @@ the answer or the key. Without tracing, ``emit`` returns at once.
 
 from __future__ import annotations
 
+import logging
 from time import perf_counter
 from typing import Any
 
@@ -25,6 +26,8 @@ from starlette.middleware import Middleware
 
 from apps.serving.node.record import RequestTrace
 from lorahub import tracing
+
+logger = logging.getLogger(__name__)
 
 
 def middleware() -> list[Middleware]:
@@ -56,8 +59,18 @@ def identity(trace: RequestTrace) -> dict[str, Any]:
 
 
 def emit(trace: RequestTrace, status: int) -> None:
+    """The request's steps as spans; a failure here is logged, never the request's."""
+    if trace.span is None:
+        return
+    try:
+        _emit(trace, status)
+    except Exception:
+        logger.warning("could not record the request's spans", exc_info=True)
+
+
+def _emit(trace: RequestTrace, status: int) -> None:
     server = trace.span
-    if server is None or not server.get_span_context().is_valid:
+    if not server.get_span_context().is_valid:
         return
     from opentelemetry import trace as otel
 
