@@ -49,7 +49,7 @@ def approve_version(*, version_id: int, principal: Principal, note: str = "") ->
     version.signature = signing.sign_manifest(private, manifest)
     version.signing_key_id = keys.register_current_key()
     _record_review(version, principal, VersionState.APPROVED, note)
-    # last, inside the transaction: a store that fails rolls the approval back
+    # inside the transaction: a store that fails rolls the approval back
     bundles.store_bundle(version)
     tenant_services.record_event(
         action="version.sign",
