@@ -527,6 +527,14 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Every task has a time limit: a task that waits on something silent gives its slot back. The
+# soft limit raises inside the task (an evaluation run is failed with the reason); the hard
+# one, 30 s later, ends the worker process that still runs it. Evaluation runs answer up to
+# 500 cases twice, so they have a limit of their own.
+LORAHUB_TASK_TIME_LIMIT_S = env_int("LORAHUB_TASK_TIME_LIMIT_S", 900, minimum=60)
+LORAHUB_EVALUATION_TIME_LIMIT_S = env_int("LORAHUB_EVALUATION_TIME_LIMIT_S", 3600, minimum=60)
+CELERY_TASK_SOFT_TIME_LIMIT = LORAHUB_TASK_TIME_LIMIT_S
+CELERY_TASK_TIME_LIMIT = LORAHUB_TASK_TIME_LIMIT_S + 30
 
 # --- object store ---------------------------------------------------------------------------
 # S3 (any S3-compatible endpoint) when LORAHUB_S3_ENDPOINT is set; otherwise a local directory

@@ -12,7 +12,8 @@ Expectations: ``equals``, ``contains``, ``not_contains`` (a string or a list of 
 ``regex`` (searched, with the ``regex`` module and a time limit: a tenant's pattern never
 hangs the worker; one that backtracks catastrophically on probe inputs is refused at upload)
 and ``json_schema`` (the answer parses as JSON and matches; the schema is checked against its
-metaschema at upload). A set that breaks any rule is refused whole, with the line and field.
+metaschema at upload, and a ``$ref`` that leaves the schema is refused: nothing is ever fetched,
+``lorahub/json_schema.py``). A set that breaks any rule is refused whole, with the line and field.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import regex
 
 from apps.tenants.errors import DomainError
+from lorahub import json_schema
 
 MAX_BYTES = 1 << 20  # 1 MiB of JSONL
 MAX_CASES = 500
@@ -266,10 +267,9 @@ def _probes(pattern: str) -> list[str]:
 def _schema(given: Any, where: str, bad) -> dict[str, Any]:
     if not isinstance(given, dict):
         raise bad(where, "must be a JSON Schema object")
-    try:
-        jsonschema.validators.validator_for(given).check_schema(given)
-    except jsonschema.SchemaError as exc:
-        raise bad(where, f"not a valid JSON Schema ({exc.message})") from None
+    problem = json_schema.check(given)
+    if problem:
+        raise bad(where, problem)
     return given
 
 
@@ -299,6 +299,5 @@ def judge(case: Case, answer: str) -> dict[str, bool]:
         except ValueError:
             out["json_schema"] = False
         else:
-            validator = jsonschema.validators.validator_for(expect["json_schema"])
-            out["json_schema"] = validator(expect["json_schema"]).is_valid(value)
+            out["json_schema"] = json_schema.matches(expect["json_schema"], value)
     return out

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
@@ -260,14 +261,25 @@ def execute_run(run_id: int) -> EvaluationRun:
                 run.cases_done = index + 1
                 run.save(update_fields=["cases_done"])
     except NodeAnswerError as exc:
-        run.state, run.error = EvaluationRun.State.FAILED, exc.message
-        run.finished_at = datetime.now(UTC)
-        run.save(update_fields=["state", "error", "finished_at"])
-        logger.warning("evaluation run %s failed: %s", run.pk, exc.message)
-        return run
+        return _fail(run, exc.message)
+    except SoftTimeLimitExceeded:
+        return _fail(
+            run,
+            f"stopped after {settings.LORAHUB_EVALUATION_TIME_LIMIT_S} s, the time limit of an "
+            f"evaluation run, with {run.cases_done} of {len(cases)} cases answered; use a "
+            "smaller set or ask an operator to raise LORAHUB_EVALUATION_TIME_LIMIT_S",
+        )
     run.summary = summarize(list(run.results.all()), cases)
     run.state, run.finished_at = EvaluationRun.State.SUCCEEDED, datetime.now(UTC)
     run.save(update_fields=["summary", "state", "finished_at"])
+    return run
+
+
+def _fail(run: EvaluationRun, reason: str) -> EvaluationRun:
+    run.state, run.error = EvaluationRun.State.FAILED, reason
+    run.finished_at = datetime.now(UTC)
+    run.save(update_fields=["state", "error", "finished_at"])
+    logger.warning("evaluation run %s failed: %s", run.pk, reason)
     return run
 
 

@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from rapidfuzz.distance import Levenshtein
+
+from lorahub import json_schema
 
 FINISH_REASONS = ("stop", "length", "error")
 
@@ -58,16 +59,17 @@ def json_wanted(body: dict[str, Any]) -> JsonWanted | None:
 
 
 @functools.lru_cache(maxsize=256)
-def _validator(schema: str) -> jsonschema.protocols.Validator | None:
-    """A validator for ``schema``; None for a schema that is not valid JSON Schema (vLLM
-    refuses such a request, so its answers are judged only on parsing)."""
+def _schema(schema: str) -> dict[str, Any] | None:
+    """``schema`` loaded; None for one that is not valid JSON Schema (vLLM refuses such a
+    request, so its answers are judged only on parsing) or that refers outside itself (never
+    fetched: ``lorahub/json_schema.py``, the rule evaluation sets follow)."""
     try:
         loaded = json.loads(schema)
-        cls = jsonschema.validators.validator_for(loaded)
-        cls.check_schema(loaded)
-    except (ValueError, jsonschema.SchemaError):
+    except ValueError:
         return None
-    return cls(loaded)
+    if not isinstance(loaded, dict) or json_schema.check(loaded) is not None:
+        return None
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,12 @@ def judge_json(texts: list[str], wanted: JsonWanted) -> JsonVerdict:
             values.append(json.loads(text))
         except ValueError:
             return JsonVerdict(valid=False, matches=False if wanted.schema else None)
-    validator = _validator(wanted.schema) if wanted.schema else None
-    if validator is None:
+    schema = _schema(wanted.schema) if wanted.schema else None
+    if schema is None:
         return JsonVerdict(valid=bool(values), matches=None)
     return JsonVerdict(
-        valid=bool(values), matches=bool(values) and all(validator.is_valid(v) for v in values)
+        valid=bool(values),
+        matches=bool(values) and all(json_schema.matches(schema, v) for v in values),
     )
 
 
