@@ -30,6 +30,11 @@ GRANULARITIES = ("day", "hour")
 HOUR = 3600
 # the longest window one call reads: a year of days, or a month of hours
 MAX_DAYS = {"day": 366, "hour": 31}
+# rows per page of the API and its CSV (``limit``), and the default
+MAX_PAGE = 5000
+PAGE = 1000
+# a cell a spreadsheet would read as a formula (OWASP's "CSV injection"): quoted as text
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 # the columns of a row, in the CSV's order (after its period and group columns)
 COUNTS = (
     "requests",
@@ -120,9 +125,27 @@ def _moment(text: str, name: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-def usage_rows(query: Query, tenant_ids: Iterable[int] | None) -> list[dict]:
+def page_bounds(limit: int | None, offset: int | None) -> tuple[int, int]:
+    """``limit`` (1-``MAX_PAGE``, default ``PAGE``) and ``offset`` (>= 0) checked."""
+    limit = PAGE if limit is None else limit
+    offset = offset or 0
+    if not 1 <= limit <= MAX_PAGE:
+        raise Invalid(f"limit {limit} must be between 1 and {MAX_PAGE} rows")
+    if offset < 0:
+        raise Invalid(f"offset {offset} must be 0 or more")
+    return limit, offset
+
+
+def usage_rows(
+    query: Query,
+    tenant_ids: Iterable[int] | None,
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[dict]:
     """The ledger's rows over ``query``'s window, for ``tenant_ids`` (None: every tenant),
-    oldest period first; the periods and groups in which nothing was counted are left out."""
+    oldest period first; the periods and groups in which nothing was counted are left out.
+    ``limit`` and ``offset`` page them (the order is total: period, then each group)."""
     rows = RequestRollup.objects.filter(
         step_s=HOUR, start__gte=query.start, start__lt=query.end, tenant__isnull=False
     )
@@ -139,6 +162,8 @@ def usage_rows(query: Query, tenant_ids: Iterable[int] | None) -> list[dict]:
         .annotate(**_SUMS)
         .order_by("period", *keys)
     )
+    if limit is not None:
+        found = found[offset : offset + limit]
     return [_row(query, found_row) for found_row in found]
 
 
@@ -175,8 +200,18 @@ def to_csv(query: Query, rows: list[dict]) -> str:
     writer = csv.DictWriter(out, fieldnames=query.columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({**row, "period": row["period"].strftime("%Y-%m-%dT%H:%M:%SZ")})
+        cells = {key: cell(value) for key, value in row.items()}
+        writer.writerow({**cells, "period": row["period"].strftime("%Y-%m-%dT%H:%M:%SZ")})
     return out.getvalue()
+
+
+def cell(value: object) -> object:
+    """A CSV cell that a spreadsheet shows as written: text that starts like a formula
+    (``= + - @``, a tab or a carriage return) gets a leading ``'``, as OWASP advises and as
+    spreadsheet tools show text; numbers are left as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def month_window(month: str | None) -> tuple[date, date]:

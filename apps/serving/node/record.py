@@ -51,6 +51,7 @@ class RequestTrace:
     refused: bool = False  # vLLM refused the request itself
     generating: bool = False  # handed to the engine
     counted: bool = True  # in the tenant's statistics and metrics (an evaluation's is not)
+    unknown_model: bool = False  # named no alias of its tenant: a metric, never a usage row
     shadow: ResolvedVersion | None = None  # the alias's shadow gets a copy of this request
     keep_shadow_example: bool = False
     body: dict[str, Any] = field(default_factory=dict)  # as parsed, for the shadow's copy

@@ -127,35 +127,39 @@ class RequestPath:
         return caller
 
     async def resolve(self, trace: RequestTrace, model: str, request_key: str) -> None:
-        """Fill ``trace.resolved`` (None for the base model) and admit the request."""
+        """Fill ``trace.resolved`` (None for the base model) and admit the request. The
+        tenant's rate comes first, so that names it does not have cost it requests too; a
+        name it does not have is never recorded (``trace.unknown_model``): the ledger's
+        groups are the aliases that exist, never what a caller wrote."""
         caller = trace.caller
         assert caller is not None
-        if model == self.engine.settings.served_model_name:
-            trace.tier = "base"
-        else:
-            trace.alias = model
-            known = self.lookups.cached_alias(caller.tenant_id, model)
-            snapshot = (
-                await offload.run(self.lookups.alias, caller.tenant_id, model)
-                if known is UNKNOWN
-                else known
-            )
-            if not isinstance(snapshot, AliasSnapshot):
-                raise oai.ApiError(
-                    404,
-                    f"the model '{model}' does not exist; GET /v1/models "
-                    "lists the aliases you can call",
-                    code="model_not_found",
-                )
-            trace.resolved = snapshot.choose(request_key, caller.key_prefix)
-            trace.shadow = snapshot.mirror(request_key)
-            trace.keep_shadow_example = snapshot.shadow_keep_examples
-            await self.trust.admit(trace.resolved)
         self.admission.check_rate(
             tenant_id=caller.tenant_id,
             tenant_slug=caller.tenant_slug,
             rpm=caller.requests_per_minute,
         )
+        if model == self.engine.settings.served_model_name:
+            trace.tier = "base"
+            return
+        known = self.lookups.cached_alias(caller.tenant_id, model)
+        snapshot = (
+            await offload.run(self.lookups.alias, caller.tenant_id, model)
+            if known is UNKNOWN
+            else known
+        )
+        if not isinstance(snapshot, AliasSnapshot):
+            trace.unknown_model = True
+            raise oai.ApiError(
+                404,
+                f"the model '{model[:100]}' does not exist; GET /v1/models "
+                "lists the aliases you can call",
+                code="model_not_found",
+            )
+        trace.alias = model
+        trace.resolved = snapshot.choose(request_key, caller.key_prefix)
+        trace.shadow = snapshot.mirror(request_key)
+        trace.keep_shadow_example = snapshot.shadow_keep_examples
+        await self.trust.admit(trace.resolved)
 
     # --- step 4 and generation -------------------------------------------------------------
 
@@ -392,7 +396,8 @@ class RequestPath:
         if not trace.counted:
             return
         record.count(self.metrics, trace, status, error)
-        self.stats.record(record.statistics_row(trace, status, error))
+        if not trace.unknown_model:
+            self.stats.record(record.statistics_row(trace, status, error))
         spans.emit(trace, status)
         if trace.shadow is not None and status == 200 and self.shadows is not None:
             self.shadows.offer(record.mirrored(trace))

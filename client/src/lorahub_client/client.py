@@ -624,14 +624,26 @@ class Client:
 
     def usage(self, **window: str | None) -> Usage:
         """The usage ledger (``from``, ``to``, ``group_by``, ``granularity``, ``tenant``;
-        docs/usage.md)."""
-        return self._call("usage", params={k: v for k, v in window.items() if v})
+        docs/usage.md), every page of it."""
+        params: dict[str, Any] = {k: v for k, v in window.items() if v}
+        found: Usage = self._call("usage", params=params)
+        rows = list(found.rows)
+        while found.next_offset is not None:
+            found = self._call("usage", params={**params, "offset": found.next_offset})
+            rows += found.rows
+        return found.model_copy(update={"rows": rows, "next_offset": None})
 
     def usage_csv(self, **window: str | None) -> str:
-        """The same rows as CSV, as the server writes them."""
+        """The same rows as CSV, as the server writes them, every page (one header line)."""
         method, path = DOWNLOADS["usage_csv"]
-        params = {k: v for k, v in window.items() if v}
-        return self.send(method, path, params=params).text
+        params: dict[str, Any] = {k: v for k, v in window.items() if v}
+        answer = self.send(method, path, params=params)
+        text = answer.text
+        while "x-next-offset" in answer.headers:
+            params["offset"] = answer.headers["x-next-offset"]
+            answer = self.send(method, path, params=params)
+            text += answer.text.split("\n", 1)[1]  # the header line once
+        return text
 
     def audit(self, *, action: str | None = None, limit: int = 200) -> list[AuditEvent]:
         params: dict[str, Any] = {"limit": limit}

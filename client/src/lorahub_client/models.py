@@ -278,3 +278,4 @@ class Usage(Model):
     granularity: str
     group_by: list[str]
     rows: list[UsageRow]
+    next_offset: int | None = None  # the server's next page; None once every row is here
