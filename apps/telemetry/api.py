@@ -55,9 +55,7 @@ class UsageQuery(Schema):
     offset: int | None = None  # rows skipped (the previous page's next_offset)
 
 
-def _ledger(
-    request: HttpRequest, asked: UsageQuery
-) -> tuple[usage.Query, list[dict], int | None]:
+def _ledger(request: HttpRequest, asked: UsageQuery) -> tuple[usage.Query, list[dict], int | None]:
     """Tenants read their own; an operator every tenant's (or the one named). One page of
     rows, and the offset of the next page (None: this was the last)."""
     principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth

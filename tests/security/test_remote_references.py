@@ -30,7 +30,7 @@ class Listener:
         hits: list[str] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_GET(self) -> None:
                 hits.append(self.path)
                 body = json.dumps({"type": "string"}).encode()
                 self.send_response(200)
@@ -132,7 +132,9 @@ def test_every_worker_task_has_a_time_limit():
     from lorahub.celery import app
 
     app.loader.import_default_modules()
-    ours = {name: task for name, task in app.tasks.items() if name.startswith(("apps.", "lorahub."))}
+    ours = {
+        name: task for name, task in app.tasks.items() if name.startswith(("apps.", "lorahub."))
+    }
     assert len(ours) >= 10
     unbounded = [
         name

@@ -97,7 +97,12 @@ def test_csv_cells_that_start_like_a_formula_are_shown_as_text(tenant_a):
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     for alias in (FORMULA, "+1", "-2", "@SUM(A1)", "\tx", "plain"):
         RequestRollup.objects.create(
-            tenant=tenant_a, alias=alias, adapter_id="", version="", start=hour, step_s=3600,
+            tenant=tenant_a,
+            alias=alias,
+            adapter_id="",
+            version="",
+            start=hour,
+            step_s=3600,
             requests=1,
         )
     answer = key_client(tenant_a).get(
@@ -115,8 +120,13 @@ def test_the_usage_api_pages_its_rows(tenant_a):
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
     for index in range(5):
         RequestRollup.objects.create(
-            tenant=tenant_a, alias=f"a{index}", adapter_id="", version="", start=hour,
-            step_s=3600, requests=index + 1,
+            tenant=tenant_a,
+            alias=f"a{index}",
+            adapter_id="",
+            version="",
+            start=hour,
+            step_s=3600,
+            requests=index + 1,
         )
     client = key_client(tenant_a)
     window = {"from": hour.isoformat(), "group_by": "alias", "granularity": "hour"}
