@@ -30,7 +30,7 @@ from rich.progress import (
 from rich.table import Table
 
 from lorahub_client import __version__, config
-from lorahub_client.client import Client, adapter_files
+from lorahub_client.client import Client, adapter_files, check_file_name
 from lorahub_client.errors import (
     ApiError,
     LorahubError,
@@ -940,7 +940,7 @@ def pull(
     `model_signing verify key --signature <folder>/model.sig --public_key lorahub.pub <folder>`."""
     api = client()
     version = version_to_pull(api, ref)
-    folder = to or Path(version.label)
+    folder = to or Path(check_file_name(version.label, version.label))
     names = api.pull(version, folder)
     emit(
         as_json, {"version": version.model_dump(mode="json"), "folder": str(folder), "files": names}

@@ -119,6 +119,27 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 FINISHED_RUN_STATES = frozenset({"succeeded", "failed"})
 
 
+def check_file_name(name: str, label: str) -> str:
+    """``name`` if it is a plain file name that stays inside the folder it is written to; a
+    ``LorahubError`` for anything else (a path, ``..``, an absolute or Windows path, a control
+    character), which only a broken or hostile server sends."""
+    bad = (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or ":" in name
+        or any(ord(c) < 32 for c in name)
+        or name == BUNDLE_NAME
+    )
+    if bad:
+        raise LorahubError(
+            f"the server lists a file {name!r} for {label!r}, which is not a plain file name; "
+            "nothing was written (report this to the platform's operators)"
+        )
+    return name
+
+
 class _RetryableAnswer(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(f"{response.status_code}")
@@ -368,9 +389,12 @@ class Client:
     def pull(self, version: Version, folder: Path) -> list[str]:
         """Download ``version``'s files and its bundle (``model.sig``) into ``folder`` (new),
         each file checked against the SHA-256 the registry lists; the names written. A file
-        that does not match leaves no folder behind."""
+        that does not match leaves no folder behind. The names come from the server: one that
+        would land outside ``folder`` is refused before any byte is written."""
         if folder.exists() and any(folder.iterdir()):
             raise LorahubError(f"{folder} exists and is not empty; name a new folder with --to")
+        for name in version.files:
+            check_file_name(name, version.label)
         landing = folder.with_name(f".{folder.name}.partial")
         shutil.rmtree(landing, ignore_errors=True)
         landing.mkdir(parents=True)
