@@ -72,7 +72,10 @@ def require(check: Callable[[Principal], bool], what: str):
 def second_factor_page(request: HttpRequest, exc: SecondFactorRequired) -> HttpResponse:
     """403 with what to do (a page with a link to the second factor, not a flash message)."""
     return render(
-        request, "console/forbidden.html", {"message": exc.message, "second_factor": True}, 403
+        request,
+        "console/forbidden.html",
+        {"message": exc.message, "second_factor": True},
+        status=403,  # render's fourth positional argument is the content type
     )
 
 

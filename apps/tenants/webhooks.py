@@ -102,8 +102,17 @@ def check_url(url: str) -> str:
 # a receiver there may reach 127.0.0.1 or a private network through the translation
 _TRANSLATED = [
     ipaddress.ip_network(n)
-    for n in ("::/96", "64:ff9b::/96", "64:ff9b:1::/48", "2002::/16", "2001::/32")
+    for n in (
+        "::/96",
+        "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765): not the mapped range Python knows
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "2002::/16",
+        "2001::/32",
+    )
 ]
+# site-local (RFC 3879 deprecated it, so Python counts it global), still routed inside sites
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 
 
 def refused_because(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
@@ -113,6 +122,8 @@ def refused_because(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
             return refused_because(ip.ipv4_mapped)
         if any(ip in net for net in _TRANSLATED):
             return "an IPv6 address that stands for an IPv4 one (IPv4-compatible, NAT64, 6to4)"
+        if ip in _SITE_LOCAL:
+            return "an address inside a private network (IPv6 site-local)"
     if not ip.is_global:
         return "an address inside a private network"
     return ""

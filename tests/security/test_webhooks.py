@@ -170,3 +170,12 @@ def test_a_delivery_that_fails_before_sending_is_recorded_and_ends(settings, ten
     assert webhooks.attempt(delivery.pk, final=False) == WebhookDelivery.State.FAILED
     delivery.refresh_from_db()
     assert delivery.attempts == 1 and "no valid port" in delivery.last_error
+
+
+@pytest.mark.parametrize("address", ["::ffff:0:7f00:1", "::ffff:0:a00:1", "fec0::1"])
+def test_ipv4_translated_and_site_local_ipv6_are_refused(settings, address):
+    """RFC 2765's IPv4-translated range and the deprecated site-local one, which Python counts
+    as global."""
+    import ipaddress
+
+    assert webhooks.refused_because(ipaddress.ip_address(address))
