@@ -37,13 +37,18 @@ RISING = 2.0  # recent rate / the long window's rate, at least
 MIN_REQUESTS = 3  # in the recent window, at least (one or two requests are not a trend)
 BUSY = 0.5  # the load queue's fill above which prefetches wait (requests come first)
 EVERY_S = 1.0
+# Memory is bounded whether or not prefetch runs: each version keeps at most this many arrival
+# times (a rate above MAX_ARRIVALS / LONG_S reads as that rate), arrivals older than LONG_S
+# are dropped as new ones come, and versions with none left are forgotten at least every
+# SHORT_S: the table holds only versions asked for in the last LONG_S.
+MAX_ARRIVALS = 4096
 
 
 @dataclass
 class _Seen:
     resolved: ResolvedVersion
     owner: Owner
-    arrivals: deque[float] = field(default_factory=deque)
+    arrivals: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_ARRIVALS))
 
 
 class Demand:
@@ -55,24 +60,45 @@ class Demand:
         self.clock, self.on_prefetch = clock, on_prefetch
         self._seen: dict[int, _Seen] = {}
         self._loads: set[asyncio.Task] = set()  # prefetches under way (kept from the GC)
+        self._swept = clock()
 
     def arrived(self, resolved: ResolvedVersion, owner: Owner) -> None:
+        now = self.clock()
         seen = self._seen.get(resolved.version_id)
         if seen is None:
             seen = self._seen[resolved.version_id] = _Seen(resolved, owner)
         seen.resolved, seen.owner = resolved, owner
-        seen.arrivals.append(self.clock())
+        seen.arrivals.append(now)
+        self._trim(seen, now)
+        if now - self._swept >= SHORT_S:
+            self._sweep(now)
+
+    def __len__(self) -> int:
+        """Versions tracked now."""
+        return len(self._seen)
+
+    def arrivals(self) -> int:
+        """Arrival times held now, over every version."""
+        return sum(len(seen.arrivals) for seen in self._seen.values())
+
+    @staticmethod
+    def _trim(seen: _Seen, now: float) -> None:
+        while seen.arrivals and seen.arrivals[0] < now - LONG_S:
+            seen.arrivals.popleft()
+
+    def _sweep(self, now: float) -> None:
+        self._swept = now
+        for version_id, seen in list(self._seen.items()):
+            self._trim(seen, now)
+            if not seen.arrivals:
+                del self._seen[version_id]
 
     def rising(self) -> list[tuple[ResolvedVersion, Owner]]:
         """The versions whose demand is rising now, the steepest first."""
         now = self.clock()
         found: list[tuple[float, ResolvedVersion, Owner]] = []
-        for version_id, seen in list(self._seen.items()):
-            while seen.arrivals and seen.arrivals[0] < now - LONG_S:
-                seen.arrivals.popleft()
-            if not seen.arrivals:
-                del self._seen[version_id]
-                continue
+        self._sweep(now)
+        for seen in self._seen.values():
             recent = sum(1 for t in seen.arrivals if t >= now - SHORT_S)
             if recent < MIN_REQUESTS:
                 continue

@@ -17,8 +17,10 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from django.db import close_old_connections, connection
 from django.db.models import Field
@@ -35,6 +37,27 @@ from apps.tenants.models import ApiKey, Quota, Tenant
 logger = logging.getLogger(__name__)
 MISS_TTL_S = 5.0
 UNKNOWN = object()  # not in the cache: only the database can answer
+# Entries each table keeps, the oldest written going first: callers send keys and model names
+# the node has never seen (a miss is cached too), so memory is bounded by these, not by
+# traffic. Past them, a forgotten key or alias costs one database read again.
+MAX_CALLERS = 50_000
+MAX_ALIASES = 50_000
+
+
+class Bounded(OrderedDict):
+    """A dict that keeps at most ``limit`` entries, forgetting the oldest written first."""
+
+    def __init__(self, limit: int, items: Iterable = ()) -> None:
+        super().__init__()
+        self.limit = limit
+        for key, value in dict(items).items():
+            self[key] = value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
 
 
 # What the change marker watches: (aggregate, model, field). A new or deleted alias changes
@@ -122,8 +145,9 @@ def _reread_callers(digests: list[str]) -> dict[str, Caller | float]:
 class Lookups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._callers: dict[str, Caller | float] = {}  # digest -> Caller, or miss time
-        self._aliases: dict[tuple[int, str], AliasSnapshot | None] = {}
+        # digest -> Caller, or the time of a miss
+        self._callers: Bounded = Bounded(MAX_CALLERS)
+        self._aliases: Bounded = Bounded(MAX_ALIASES)  # (tenant id, name) -> snapshot or None
         self.marker: tuple | None = None
         # Bumped by every invalidation: a lookup that started before one does not cache its
         # (possibly stale) answer.
@@ -230,8 +254,8 @@ class Lookups:
             if generation != self._generation:  # a change arrived while loading: drop all
                 self._drop_all()
                 return
-            self._callers = callers
-            self._aliases = {(s.tenant_id, s.name): s for s in loaded}
+            self._callers = Bounded(MAX_CALLERS, callers)
+            self._aliases = Bounded(MAX_ALIASES, {(s.tenant_id, s.name): s for s in loaded})
             self.refreshed_at = time.monotonic()
         close_old_connections()
 
