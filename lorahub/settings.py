@@ -498,6 +498,8 @@ CELERY_BEAT_SCHEDULE = {
     # webhook deliveries whose message was lost; nodes gone quiet (the operators' node.down)
     "sweep-webhooks": {"task": "apps.tenants.tasks.sweep_webhooks", "schedule": 60.0},
     "watch-nodes": {"task": "apps.fleet.tasks.watch_nodes", "schedule": 30.0},
+    # nodes report quarantines as rows; the control plane checks, audits and announces them
+    "announce-quarantines": {"task": "apps.fleet.tasks.announce_quarantines", "schedule": 15.0},
     # the daily usage export (apps/telemetry/exports.py): hourly, it writes each finished day once
     "export-usage": {"task": "apps.telemetry.tasks.export_usage", "schedule": 3600.0},
 }

@@ -53,6 +53,9 @@ class Quarantine(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     lift_note = models.TextField(blank=True)
+    # when the control plane checked the node's report and audited and announced it
+    # (``quarantine.announce``): a node writes the row only, never the audit row or a webhook
+    announced_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "serving_quarantine"  # created by the serving app

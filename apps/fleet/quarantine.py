@@ -33,32 +33,79 @@ logger = logging.getLogger(__name__)
 
 
 def record(*, version_id: int, node: str, tier: str, reason: str) -> bool:
-    """Open a quarantine of ``version_id`` on ``node`` (no-op if one is open). True if new."""
+    """A node opens a quarantine of ``version_id`` on itself (no-op if one is open); True if
+    new. The node writes this row only: the audit row and the webhooks are the control
+    plane's (``announce``), after it has checked the report. A node's database role may not
+    insert either, so a compromised node cannot send a tenant a signed event."""
     try:
         with transaction.atomic():
-            row, created = Quarantine.objects.select_related(
-                "version__adapter__tenant"
-            ).get_or_create(
+            _, created = Quarantine.objects.get_or_create(
                 version_id=version_id,
                 node=node,
                 lifted_at=None,
                 defaults={"tier": tier, "reason": reason[:2000]},
             )
-            if created:  # the tenant's webhooks and the operators' hear of it
-                webhooks.notify(
-                    "version.quarantined",
-                    tenant=row.version.adapter.tenant,
-                    data={
-                        "version": row.version.label,
-                        "version_id": version_id,
-                        "node": node,
-                        "tier": tier,
-                        "reason": reason[:500],
-                    },
-                )
     except IntegrityError:  # opened meanwhile by another thread of the same node
         return False
     return created
+
+
+def announce() -> list[int]:
+    """The control plane's side of a node's report (the worker, on the beat): each open
+    quarantine not yet announced is checked — the node is one the registry knows, and the
+    control plane's own landing of the registry copy fails too — then audited, and, when
+    confirmed, sent to the tenant's webhooks and the operators'. A report that does not hold
+    up (an unknown node, a registry copy that verifies here) is audited as unconfirmed and
+    sent to nobody; the node still refuses the version until an operator lifts it. Returns
+    the quarantines announced."""
+    from apps.fleet.models import ServingNode
+
+    done = []
+    pending = Quarantine.objects.select_related("version__adapter__tenant").filter(
+        announced_at__isnull=True, lifted_at__isnull=True
+    )
+    for row in pending[:100]:
+        version, tenant = row.version, row.version.adapter.tenant
+        known = ServingNode.objects.filter(name=row.node).exists()
+        confirmed = False
+        if known:
+            try:
+                verify_registry_copy(version.pk)
+            except Exception as exc:  # the registry's copy does not land here either
+                logger.info("quarantine of %s on %s confirmed: %s", version.pk, row.node, exc)
+                confirmed = True
+        with transaction.atomic():
+            claimed = Quarantine.objects.filter(pk=row.pk, announced_at__isnull=True).update(
+                announced_at=timezone.now()
+            )
+            if not claimed:  # another worker took it
+                continue
+            tenant_services.record_event(
+                action="version.quarantine" if confirmed else "version.quarantine_unconfirmed",
+                obj=version,
+                tenant=tenant,
+                after={"node": row.node, "tier": row.tier, "confirmed": confirmed},
+                note=(
+                    row.reason[:500]
+                    if confirmed
+                    else f"reported by {'node ' + row.node if known else 'an unknown node'}; "
+                    "the registry copy verifies on the control plane"
+                ),
+            )
+            if confirmed:
+                webhooks.notify(
+                    "version.quarantined",
+                    tenant=tenant,
+                    data={
+                        "version": version.label,
+                        "version_id": version.pk,
+                        "node": row.node,
+                        "tier": row.tier,
+                        "reason": row.reason[:500],
+                    },
+                )
+        done.append(row.pk)
+    return done
 
 
 def open_on(node: str) -> set[int]:

@@ -44,3 +44,11 @@ def watch_nodes() -> list[str]:
         elif not down and node.down_notified_at is not None:
             ServingNode.objects.filter(pk=node.pk).update(down_notified_at=None)
     return reported
+
+
+@shared_task
+def announce_quarantines() -> list[int]:
+    """Nodes' quarantine reports, checked, audited and sent to webhooks (``quarantine.py``)."""
+    from apps.fleet import quarantine
+
+    return quarantine.announce()

@@ -59,3 +59,23 @@ def test_only_operators_see_and_lift_quarantines_and_a_lift_needs_a_reason(
     followed = otto.post(f"/operator/quarantines/{open_.pk}/lift", {"note": ""}, follow=True)
     assert "a note is required" in followed.content.decode()
     assert Quarantine.objects.get().lifted_at is None  # nothing changed
+
+
+def test_a_report_from_an_unknown_node_or_a_copy_that_verifies_is_not_announced(version):
+    """The control plane checks a node's report before it acts: a node the registry does not
+    know, or a registry copy that lands fine here, is audited as unconfirmed and sent to no
+    webhook (a compromised node cannot make the platform tell a tenant anything)."""
+    from apps.tenants import webhooks
+    from apps.tenants.models import AuditEvent, WebhookDelivery
+
+    webhooks.create(
+        tenant=version.adapter.tenant, url="https://a.example.com/h", events=[],
+        format="lorahub", actor=None,
+    )  # fmt: skip
+    assert quarantine.record(version_id=version.pk, node="ghost", tier="L4", reason="made up")
+    assert not AuditEvent.objects.filter(action__startswith="version.quarantine").exists()
+    assert quarantine.announce() != []
+    event = AuditEvent.objects.get(action="version.quarantine_unconfirmed")
+    assert "unknown node" in event.note
+    assert not WebhookDelivery.objects.exists()
+    assert quarantine.announce() == []  # once

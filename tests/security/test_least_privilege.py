@@ -55,6 +55,14 @@ def test_the_node_role_reads_the_registry_and_writes_request_rows_only(monkeypat
         assert not privilege(role, "django_session", "SELECT")
         assert not privilege(role, "otp_totp_totpdevice", "SELECT")
         assert not privilege(role, "otp_static_statictoken", "SELECT")
+        # a node cannot speak for the control plane: no audit rows, no webhook deliveries
+        # (the sweep would sign them with the tenant's secret); it reports a quarantine as a
+        # row, which it cannot change or lift afterwards
+        assert not privilege(role, "tenants_auditevent", "INSERT")
+        assert not privilege(role, "tenants_webhookdelivery", "INSERT")
+        assert not privilege(role, "tenants_webhookdelivery", "UPDATE")
+        assert privilege(role, "serving_quarantine", "INSERT")
+        assert not privilege(role, "serving_quarantine", "UPDATE")
         assert privilege(role, "django_migrations", "SELECT")  # the entrypoint's wait
         call_command("node_db_role", role)  # again: idempotent
     finally:

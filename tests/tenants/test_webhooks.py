@@ -253,7 +253,13 @@ def test_operators_hear_of_every_quarantine_and_of_a_node_down_once(
         tenant=tenant_a, url="https://a.example.com/h", events=[], format="lorahub", actor=None
     )
     version = approved_version(tenant_a, "support", "v1", reviewer)
+    now = timezone.now()
+    ServingNode.objects.create(
+        name="node-1", url="http://node-1:8001", engine="ready", started_at=now, heartbeat_at=now
+    )
     assert quarantine.record(version_id=version, node="node-1", tier="L4", reason="sha256 differs")
+    assert not WebhookDelivery.objects.filter(event="version.quarantined").exists()  # not yet
+    assert quarantine.announce()  # the control plane checked it: the registry copy fails here
     heard = WebhookDelivery.objects.filter(event="version.quarantined")
     assert {d.webhook_id for d in heard} == {platform.pk, tenant_hook.pk}
     assert heard.first().payload["data"]["version"] == "support@v1"

@@ -88,23 +88,11 @@ class Trust:
         self.metrics.integrity_failures.labels(tier=tier).inc()
         if tier != "L4":
             return
-        from apps.registry.models import AdapterVersion
-        from apps.tenants import services as tenant_services
-
-        version = (
-            AdapterVersion.objects.select_related("adapter__tenant")
-            .filter(pk=resolved.version_id)
-            .first()
+        # the row only: the control plane checks it, then audits and announces it
+        # (apps/fleet/quarantine.py, ``announce``); this node's role may not write either
+        quarantine.record(
+            version_id=resolved.version_id, node=self.node_name, tier=tier, reason=reason
         )
-        if version is not None:
-            quarantine.record(version_id=version.pk, node=self.node_name, tier=tier, reason=reason)
-            tenant_services.record_event(
-                action="version.quarantine",
-                obj=version,
-                tenant=version.adapter.tenant,
-                after={"node": self.node_name, "tier": tier},
-                note=reason,
-            )
 
     async def open_quarantines(self) -> set[int] | None:
         """The versions with an open quarantine of this node; None when the database does not

@@ -579,6 +579,10 @@ def test_a_tampered_registry_object_quarantines_the_version_until_an_operator_li
             break
         assert time.monotonic() < deadline, "the tampered version was served"
     assert node_metric(world["url"], "adapter_integrity_failures_total", tier="L4") >= 1
+    # the node reported it; the control plane checks the report, then audits and announces it
+    from apps.fleet import quarantine
+
+    quarantine.announce()
     assert AuditEvent.objects.filter(action="version.quarantine", object_id=str(v3.pk)).exists()
     assert v3.pk in internal(world, "cache").json()["quarantined"]
 

@@ -1,10 +1,11 @@
 """The PostgreSQL role serving nodes connect as (docs/security.md, least privilege).
 
 A node reads the registry, the tenants' keys and quotas and the cache settings; it writes its
-request rows and rollups, its own registration and the base model it serves, quarantines, the
-audit rows and webhook deliveries those raise, and an API key's last use. Nothing else: it
-cannot change a version, an alias or a key, and it cannot read passwords, sessions or
-second-factor devices.
+request rows and rollups, its own registration and the base model it serves, the quarantines it
+reports, and an API key's last use. Nothing else: it cannot change a version, an alias or a
+key, it cannot read passwords, sessions or second-factor devices, and it cannot write audit
+rows or webhook deliveries (the control plane checks a node's quarantine report, then audits
+and announces it: ``apps/fleet/quarantine.py``), so a node cannot speak for the platform.
 
     manage.py node_db_role lorahub_node        # the password from LORAHUB_NODE_DB_PASSWORD
 
@@ -29,12 +30,13 @@ UNREAD_TABLES = {"tenants_externalidentity", "tenants_membership"}
 WRITES = [
     # the base model a node serves, and its shapes, announced at start (validation reads it)
     ("INSERT, UPDATE", "registry_basemodel"),
-    ("INSERT", "tenants_auditevent"),
-    ("INSERT", "tenants_webhookdelivery"),
     ("INSERT", "tenants_quota"),
     ("UPDATE (last_used_at, last_used_from)", "tenants_apikey"),
+    # a node reports a quarantine (a row); the control plane checks and announces it, and
+    # only an operator lifts it
+    ("INSERT", "serving_quarantine"),
 ]
-SERVING_NOT_WRITTEN = {"serving_cachesettings", "serving_replayrun"}
+SERVING_NOT_WRITTEN = {"serving_cachesettings", "serving_replayrun", "serving_quarantine"}
 
 
 def node_tables() -> tuple[list[str], list[tuple[str, str]]]:
