@@ -102,6 +102,12 @@ class CallerAddressMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        # X-Forwarded-Proto by the same rule: only a trusted router says the scheme was HTTPS
+        # (Django's SECURE_PROXY_SSL_HEADER reads it); anyone else's header is dropped
+        if "HTTP_X_FORWARDED_PROTO" in request.META and not is_in(
+            request.META.get("REMOTE_ADDR", ""), trusted_proxies()
+        ):
+            del request.META["HTTP_X_FORWARDED_PROTO"]
         forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
         if forwarded:
             request.META["REMOTE_ADDR"] = caller_address(

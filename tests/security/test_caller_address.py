@@ -110,3 +110,39 @@ def test_no_deploy_file_trusts_every_proxy():
         assert "forwarded-allow-ips" not in text, path
         assert 'PROXIES\n              value: "*"' not in text, path
         assert 'TRUSTED_PROXIES: "*"' not in text, path
+
+
+def test_a_clients_own_forwarded_proto_is_not_believed(settings):
+    """``X-Forwarded-Proto`` by the same rule as ``X-Forwarded-For``: a client that writes
+    ``https`` itself does not make Django treat its plain-HTTP request as secure."""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    seen: dict[str, bool] = {}
+
+    def view(request):
+        seen["secure"] = request.is_secure()
+        return None
+
+    middleware = addresses.CallerAddressMiddleware(view)
+    from django.test import RequestFactory
+
+    factory = RequestFactory()
+    middleware(factory.get("/", REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_PROTO="https"))
+    assert seen["secure"] is False
+    middleware(factory.get("/", REMOTE_ADDR=ROUTER, HTTP_X_FORWARDED_PROTO="https"))
+    assert seen["secure"] is True
+
+
+def test_compose_trusts_no_router_in_front_of_the_console():
+    """Compose publishes the console's port directly: its clients arrive from the network's
+    gateway, inside the network's range, so trusting the range believed any client's own
+    X-Forwarded-For (evading per-address lockouts)."""
+    from pathlib import Path
+
+    import yaml
+
+    compose = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml").read_text()
+    )
+    trusted = compose["services"]["console"]["environment"]["LORAHUB_TRUSTED_PROXIES"]
+    default = trusted.split(":-", 1)[1].rstrip("}")
+    assert addresses.parse_networks(default) == addresses.parse_networks("127.0.0.1, ::1")
