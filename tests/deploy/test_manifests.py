@@ -84,6 +84,19 @@ def test_every_part_runs_as_a_non_root_user():
             assert doc["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"], doc
 
 
+@pytest.mark.parametrize("overlay", ["base", "overlays/gpu"])
+def test_no_pod_gets_a_service_account_token_and_every_scratch_volume_is_bounded(overlay):
+    """Nothing lorahub runs calls the Kubernetes API, and an emptyDir without a sizeLimit
+    is the node's whole disk (the console spools uploads there)."""
+    for doc in kustomize(overlay):
+        if doc["kind"] in ("Deployment", "StatefulSet", "Job"):
+            pod = doc["spec"]["template"]["spec"]
+            assert pod.get("automountServiceAccountToken") is False, doc["metadata"]["name"]
+            for volume in pod.get("volumes", []):
+                if "emptyDir" in volume:
+                    assert volume["emptyDir"].get("sizeLimit"), (doc["metadata"]["name"], volume)
+
+
 def _rendered(tmp_path: Path, nodes: list[str]) -> str:
     out = tmp_path / "haproxy.cfg"
     call_command(
