@@ -89,13 +89,12 @@ PRODUCTION_REQUIRED = {
     "LORAHUB_FIELD_KEYS": "the Fernet key(s) that seal TOTP keys and webhook secrets",
 }
 NODE_REQUIRED = {
-    name: PRODUCTION_REQUIRED[name]
-    for name in (
-        "DATABASE_URL",
-        "CELERY_BROKER_URL",
-        "LORAHUB_S3_ENDPOINT",
-        "LORAHUB_INTERNAL_TOKEN",
-    )
+    **{
+        name: PRODUCTION_REQUIRED[name]
+        for name in ("DATABASE_URL", "LORAHUB_S3_ENDPOINT", "LORAHUB_INTERNAL_TOKEN")
+    },
+    "LORAHUB_EVENTS_URL": "the change broadcast as the nodes' Redis user, e.g. "
+    "redis://lorahub-node:secret@redis:6379/0 (deploy/compose.yaml's ACL)",
 }
 NODE_REFUSED = {
     "LORAHUB_SECRET_KEY": "a node signs no session",
@@ -104,6 +103,8 @@ NODE_REFUSED = {
     "LORAHUB_BUNDLE_KEY": "a node signs no model-signing bundle",
     "LORAHUB_BUNDLE_KEY_FILE": "a node signs no model-signing bundle",
     "LORAHUB_FIELD_KEYS": "a node opens no sealed secret",
+    "CELERY_BROKER_URL": "a node queues no task: it hears the change broadcast through "
+    "LORAHUB_EVENTS_URL, as a Redis user that may do nothing else",
 }
 if PRODUCTION:
     if DEBUG:
@@ -156,8 +157,14 @@ if PRODUCTION:
         "LORAHUB_OIDC_CLIENT_SECRET",
     ):
         _check_secret(_name, env_str(_name))
-    for _name in ("DATABASE_URL", "CELERY_BROKER_URL", "LORAHUB_BAD_KEY_STORAGE"):
-        _check_secret(f"{_name}'s password", _url_password(env_str(_name)), min_length=12)
+    for _name in (
+        "DATABASE_URL",
+        "CELERY_BROKER_URL",
+        "LORAHUB_BAD_KEY_STORAGE",
+        "LORAHUB_EVENTS_URL",
+    ):
+        if env_str(_name) or _name != "LORAHUB_EVENTS_URL":
+            _check_secret(f"{_name}'s password", _url_password(env_str(_name)), min_length=12)
     if env_str("LORAHUB_SIGNING_KEY") and "PRIVATE KEY" not in env_str("LORAHUB_SIGNING_KEY"):
         raise ImproperlyConfigured(
             "LORAHUB_SIGNING_KEY is not a PEM private key (still a placeholder?): "
@@ -464,6 +471,10 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND")
 if CELERY_BROKER_URL:
     CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or CELERY_BROKER_URL
+elif NODE_PROCESS and PRODUCTION:
+    # a node in production queues no task and holds no broker password (docs/security.md)
+    CELERY_BROKER_URL = "memory://"
+    CELERY_RESULT_BACKEND = CELERY_RESULT_BACKEND or "cache+memory://"
 else:
     _queue_dir = VAR_DIR / "celery"
     for _sub in ("queue", "processed", "results", "control"):

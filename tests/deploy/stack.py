@@ -224,8 +224,11 @@ class Stack:
             "LORAHUB_NODE_DB_PASSWORD": secrets.token_urlsafe(16),
             "REDIS_PASSWORD": secrets.token_urlsafe(16),
             "LORAHUB_FIELD_KEYS": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+            "REDIS_NODE_PASSWORD": secrets.token_urlsafe(16),
             "S3_ACCESS_KEY": "lorahub",
             "S3_SECRET_KEY": secrets.token_urlsafe(16),
+            "S3_NODE_ACCESS_KEY": "lorahub-node",
+            "S3_NODE_SECRET_KEY": secrets.token_urlsafe(16),
             "LORAHUB_MODEL_DIR": str(demo_model),
         }
         (WORK / "test.env").write_text("".join(f"{k}={v}\n" for k, v in values.items()))

@@ -192,8 +192,8 @@ def test_the_compose_stack_has_every_part_and_gives_nodes_time_to_drain():
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
     assert set(services) == {
-        "postgres", "redis", "s3", "migrate", "console", "worker", "webhooks", "beat",
-        "node-1", "node-2", "router", "prometheus",
+        "postgres", "redis", "s3", "s3-users", "migrate", "console", "worker", "webhooks",
+        "beat", "node-1", "node-2", "router", "prometheus",
     }  # fmt: skip
     assert services["postgres"]["image"].startswith("docker.io/library/postgres:")
     assert services["redis"]["image"].startswith("docker.io/library/redis:")

@@ -91,7 +91,7 @@ def production_check(env: dict[str, str]) -> subprocess.CompletedProcess:
 NODE_ENV = {
     "LORAHUB_PROCESS": "node",
     "DATABASE_URL": "postgres://lorahub_node:a-long-node-password@127.0.0.1:5432/lorahub",
-    "CELERY_BROKER_URL": "redis://:a-long-redis-password@127.0.0.1:6379/0",
+    "LORAHUB_EVENTS_URL": "redis://lorahub-node:a-long-redis-password@127.0.0.1:6379/0",
     "LORAHUB_S3_ENDPOINT": "http://127.0.0.1:9000",
     "LORAHUB_INTERNAL_TOKEN": secrets.token_urlsafe(32),
 }
@@ -105,6 +105,8 @@ def test_a_node_starts_without_the_control_planes_secrets_and_refuses_them():
         ("LORAHUB_BUNDLE_KEY", "-----BEGIN PRIVATE KEY-----x"),
         ("LORAHUB_SECRET_KEY", secrets.token_urlsafe(50)),
         ("LORAHUB_FIELD_KEYS", base64.urlsafe_b64encode(os.urandom(32)).decode()),
+        # the broker's password: a node could queue tasks for the worker, which signs
+        ("CELERY_BROKER_URL", "redis://:a-long-redis-password@127.0.0.1:6379/0"),
     ):
         refused = production_check({**NODE_ENV, name: value})
         assert refused.returncode != 0
@@ -117,7 +119,7 @@ def test_a_node_starts_without_the_control_planes_secrets_and_refuses_them():
         ("LORAHUB_INTERNAL_TOKEN", "replace-me"),
         ("LORAHUB_INTERNAL_TOKEN", "short"),
         ("DATABASE_URL", "postgres://lorahub_node:replace-me@127.0.0.1:5432/lorahub"),
-        ("CELERY_BROKER_URL", "redis://:changeme@127.0.0.1:6379/0"),
+        ("LORAHUB_EVENTS_URL", "redis://lorahub-node:changeme@127.0.0.1:6379/0"),
     ],
 )
 def test_placeholder_secrets_are_refused_at_start_naming_the_variable(name, value):
@@ -149,6 +151,92 @@ def test_compose_gives_nodes_no_control_plane_secret_and_binds_prometheus_to_the
     assert "env_file" not in services["prometheus"]
     assert "--requirepass" in services["redis"]["command"]
     assert ":${REDIS_PASSWORD" in services["console"]["environment"]["CELERY_BROKER_URL"]
+    for node in ("node-1", "node-2"):
+        assert "${REDIS_PASSWORD" not in str(services[node]["environment"]), node
+        assert "${S3_SECRET_KEY" not in str(services[node]["environment"]), node
+
+
+def test_compose_gives_nodes_their_own_redis_user_and_read_only_object_store_keys():
+    services = compose()["services"]
+    for node in ("node-1", "node-2"):
+        env = services[node]["environment"]
+        assert "CELERY_BROKER_URL" not in env, node  # the broker's password
+        assert env["LORAHUB_EVENTS_URL"].startswith("redis://lorahub-node:${REDIS_NODE_PASSWORD")
+        assert env["LORAHUB_BAD_KEY_STORAGE"].startswith("redis://lorahub-node:")
+        # the read-only user s3-users makes, never the object store's owner
+        assert env["LORAHUB_S3_ACCESS_KEY"].startswith("${S3_NODE_ACCESS_KEY")
+        assert env["LORAHUB_S3_SECRET_KEY"].startswith("${S3_NODE_SECRET_KEY")
+    made = services["s3-users"]["command"][0]
+    assert "mc admin policy attach local lorahub-node" in made
+    assert "./s3/node-policy.json:/policy/node-policy.json:ro" in services["s3-users"]["volumes"]
+    import json
+
+    policy = json.loads((DEPLOY / "s3" / "node-policy.json").read_text())
+    actions = {a for statement in policy["Statement"] for a in statement["Action"]}
+    assert actions == {"s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"}
+    assert all(statement["Effect"] == "Allow" for statement in policy["Statement"])
+
+
+def redis_node_rule() -> list[str]:
+    """The ``--user lorahub-node ...`` tokens of compose's redis command, as shipped."""
+    command = compose()["services"]["redis"]["command"]
+    start = command.index("--user") + 1
+    end = next((i for i in range(start, len(command)) if command[i].startswith("--")), None)
+    return command[start:end]
+
+
+@pytest.fixture
+def redis_node_user():
+    """Compose's node rule applied to the test Redis as a user of this test's own; its URL."""
+    import redis
+
+    admin = redis.Redis(host="127.0.0.1", port=6379)
+    name, password = f"node-{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(16)
+    shipped = redis_node_rule()
+    assert shipped[0] == "lorahub-node" and shipped[2].startswith(">${REDIS_NODE_PASSWORD")
+    admin.execute_command("ACL", "SETUSER", name, "on", f">{password}", *shipped[3:])
+    yield f"redis://{name}:{password}@127.0.0.1:6379"
+    admin.execute_command("ACL", "DELUSER", name)
+
+
+def test_the_nodes_redis_user_hears_changes_counts_bad_keys_and_nothing_else(redis_node_user):
+    import redis
+
+    from apps.tenants.throttle import BadKeyThrottle
+
+    node = redis.Redis.from_url(f"{redis_node_user}/14", socket_timeout=5)
+    admin = redis.Redis(host="127.0.0.1", port=6379, db=14)
+    # what serving needs: the change broadcast
+    pubsub = node.pubsub()
+    pubsub.subscribe("lorahub:changes")
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    admin.publish("lorahub:changes", b'{"kind": "alias"}')
+    heard = pubsub.get_message(timeout=2)
+    assert heard is not None and heard["data"] == b'{"kind": "alias"}'
+    pubsub.close()
+    # ... and the bad-key counts, through limits' scripts
+    throttle = BadKeyThrottle("2/minute", f"{redis_node_user}/14")
+    client = f"192.0.2.{secrets.randbelow(250)}-{uuid.uuid4().hex[:6]}"
+    assert [throttle.failed(client) for _ in range(3)][:2] == [0, 0]
+    assert throttle.failed(client) > 0
+    # what a compromised node must not do: queue a task for the worker (which signs), speak
+    # on the change channel, read task results, hear other channels, flush the counts
+    for refused in (
+        lambda: node.lpush("celery", b"{}"),
+        lambda: node.get("celery-task-meta-x"),
+        lambda: node.publish("lorahub:changes", b'{"kind": "tenant"}'),
+        lambda: node.flushdb(),
+        lambda: node.keys("*"),
+        lambda: node.execute_command("CONFIG", "GET", "requirepass"),
+    ):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            refused()
+    other = node.pubsub()
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        other.subscribe("something-else")
+        other.get_message(timeout=2)
+    other.close()
+    admin.delete(*admin.keys("LIMITS:*") or ["none"])
 
 
 def test_kubernetes_gives_nodes_their_own_secret_and_a_network_policy():
@@ -163,6 +251,8 @@ def test_kubernetes_gives_nodes_their_own_secret_and_a_network_policy():
         "LORAHUB_BUNDLE_KEY",
         "LORAHUB_FIELD_KEYS",
     } & set(node_secret["stringData"])
+    assert "CELERY_BROKER_URL" not in node_secret["stringData"]  # the broker's password
+    assert node_secret["stringData"]["LORAHUB_EVENTS_URL"].startswith("redis://lorahub-node:")
     node = next(d for d in docs if d["kind"] == "StatefulSet")
     refs = [e for e in node["spec"]["template"]["spec"]["containers"][0]["envFrom"]]
     assert {"secretRef": {"name": "lorahub-node-secrets"}} in refs
