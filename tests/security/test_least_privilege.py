@@ -263,6 +263,50 @@ def test_kubernetes_gives_nodes_their_own_secret_and_a_network_policy():
     assert "network-policy.yaml" in resources
 
 
+def _policies() -> list[dict]:
+    path = DEPLOY / "k8s" / "base" / "network-policy.yaml"
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _selects(policy: dict, app: str) -> bool:
+    selector = policy["spec"]["podSelector"]
+    if not selector:
+        return True
+    if selector.get("matchLabels", {}).get("app.kubernetes.io/name") == app:
+        return True
+    return any(app in e["values"] for e in selector.get("matchExpressions", []))
+
+
+def test_kubernetes_limits_egress_and_lets_only_the_routers_that_set_the_header_in():
+    policies = _policies()
+    deny = next(p for p in policies if p["metadata"]["name"] == "lorahub-default-deny")
+    assert set(deny["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+    # a node reaches no address outside its services: no rule with an ipBlock selects it
+    node_egress = [
+        rule
+        for p in policies
+        if "Egress" in p["spec"]["policyTypes"] and _selects(p, "lorahub-node")
+        for rule in p["spec"].get("egress", [])
+    ]
+    assert node_egress and not any("ipBlock" in str(rule) for rule in node_egress)
+    assert {port["port"] for rule in node_egress for port in rule["ports"]} <= {
+        53,
+        5432,
+        6379,
+        9000,
+    }
+    # the internet (public addresses only) for the console's provider and tenants' receivers
+    internet = next(p for p in policies if p["metadata"]["name"] == "lorahub-egress-internet")
+    block = internet["spec"]["egress"][0]["to"][0]["ipBlock"]
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"} <= set(
+        block["except"]
+    )
+    assert not _selects(internet, "lorahub-node") and not _selects(internet, "lorahub-worker")
+    # the console believes X-Forwarded-For from the pod network: only the ingress reaches it
+    console = next(p for p in policies if p["metadata"]["name"] == "lorahub-console")
+    assert all(rule.get("from") for rule in console["spec"]["ingress"])
+
+
 # each setting: (unsafe value, the check that names it, a safe value)
 TRUST_BOUNDARY_SETTINGS = {
     "LORAHUB_DJANGO_ADMIN": (True, "lorahub.W201", False),
