@@ -456,7 +456,13 @@ OTP_TOTP_ISSUER = env_str("LORAHUB_TOTP_ISSUER", "lorahub")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    # control characters in a message are escaped: text from outside cannot forge a line
+    "formatters": {
+        "plain": {
+            "()": "lorahub.logs.PlainFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        }
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LORAHUB_LOG_LEVEL", "INFO")},
     # django-axes logs every sign-in at INFO; lockouts are WARNING and still show

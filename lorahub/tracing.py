@@ -20,12 +20,24 @@ What is traced, with the maintained instrumentations where one exists:
   admission wait, engine queue and first token, the stream.
 
 Spans name the tenant, alias, version and node; never a prompt, an answer or a key.
+
+The trust boundary (docs/security.md): a caller's ``traceparent`` is continued (its trace id),
+but its sampled flag decides nothing at a public entrance — the platform samples a request
+from outside at its own ratio (``OTEL_TRACES_SAMPLER_ARG``, default 1.0), by a draw the caller
+cannot steer, so a flood of "sampled" requests cannot force exports (``EdgeSampler``); the
+nodes' ``/internal/`` API and the worker's tasks follow their sender as usual. The sign-in
+callback (its ``code`` and ``state``) is never traced, and a webhook delivery carries no trace
+header to a tenant's receiver and makes no span of its URL (``untraced``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 _lock = threading.Lock()
 _configured: dict[int, bool] = {}  # pid -> enabled (a forked worker configures its own)
@@ -64,11 +76,82 @@ def configure(service: str) -> bool:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", service)})
-        provider = TracerProvider(resource=resource)
+        provider = TracerProvider(resource=resource, sampler=edge_sampler())
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
         _configured[pid] = True
         return True
+
+
+# never traced: the sign-in callback carries the provider's one-time code and state
+UNTRACED_PATHS = "oidc/callback"
+# the paths whose callers are the platform's own (their trace decisions are followed)
+INTERNAL_PREFIXES = ("/internal/",)
+
+
+def _ratio() -> float:
+    try:
+        return min(max(float(os.environ.get("OTEL_TRACES_SAMPLER_ARG", "1.0")), 0.0), 1.0)
+    except ValueError:
+        return 1.0
+
+
+def edge_sampler(ratio: float | None = None) -> Any:
+    """Parent-based sampling, except that a server span whose parent came from outside (any
+    path but ``INTERNAL_PREFIXES``) is decided here: drawn at ``ratio``, whatever the caller's
+    flag and trace id say."""
+    from opentelemetry.sdk.trace.sampling import (
+        Decision,
+        ParentBased,
+        Sampler,
+        SamplingResult,
+        TraceIdRatioBased,
+    )
+    from opentelemetry.trace import SpanKind, get_current_span
+
+    chance = _ratio() if ratio is None else ratio
+    follow = ParentBased(root=TraceIdRatioBased(chance))
+
+    def from_outside(parent_context: Any, kind: Any, attributes: Any) -> Any:
+        """The caller's span context when this is a public server span under it, else None."""
+        parent = get_current_span(parent_context).get_span_context()
+        attributes = attributes or {}
+        path = str(attributes.get("url.path") or attributes.get("http.target") or "")
+        public = not path.startswith(INTERNAL_PREFIXES)
+        outside = kind is SpanKind.SERVER and parent.is_valid and parent.is_remote and public
+        return parent if outside else None
+
+    class EdgeSampler(Sampler):
+        def should_sample(
+            self, parent_context, trace_id, name, kind=None, attributes=None, links=None,
+            trace_state=None,
+        ):  # fmt: skip
+            parent = from_outside(parent_context, kind, attributes)
+            if parent is None:
+                return follow.should_sample(
+                    parent_context, trace_id, name, kind, attributes, links, trace_state
+                )
+            drawn = random.random() < chance  # noqa: S311 (a sampling draw, not a secret)
+            decision = Decision.RECORD_AND_SAMPLE if drawn else Decision.DROP
+            return SamplingResult(decision, attributes if drawn else None, parent.trace_state)
+
+        def get_description(self) -> str:
+            return f"EdgeSampler{{{chance}}}"
+
+    return EdgeSampler()
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[None]:
+    """HTTP calls in this block make no span and carry no ``traceparent``/``baggage``: what
+    leaves the platform for a tenant's receiver."""
+    if not enabled():
+        yield
+        return
+    from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+
+    with suppress_http_instrumentation():
+        yield
 
 
 def instrument_console() -> None:
@@ -78,7 +161,7 @@ def instrument_console() -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    DjangoInstrumentor().instrument()
+    DjangoInstrumentor().instrument(excluded_urls=UNTRACED_PATHS)
     CeleryInstrumentor().instrument()  # a task sent carries the request's trace
     _instrument_clients()
 

@@ -103,3 +103,19 @@ assert tracing.current_span() is None
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert ran.stdout.startswith("[] ['MainThread']"), ran.stdout
+
+
+def test_the_sign_in_callbacks_code_never_reaches_a_span(traced_console, otlp):
+    """The provider's one-time ``code`` and ``state`` travel in the callback's query: the
+    callback is never traced (it was, with its URL)."""
+    code = secrets.token_hex(12)
+    marker_trace = secrets.token_hex(16)
+    httpx.get(f"{traced_console}/oidc/callback/?code={code}&state=s", timeout=30)
+    # a request after it, whose spans arriving proves the exporter has sent what it had
+    httpx.get(
+        f"{traced_console}/accounts/login/",
+        headers={"traceparent": f"00-{marker_trace}-{secrets.token_hex(8)}-01"},
+        timeout=30,
+    )
+    otlp.wait_for(marker_trace, lambda spans: any(s.service == "lorahub-console" for s in spans))
+    assert code not in repr([(s.name, s.attributes) for s in otlp.spans])

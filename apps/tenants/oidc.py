@@ -42,6 +42,7 @@ from apps.tenants import roles
 from apps.tenants.auth import METHOD_SESSION_KEY
 from apps.tenants.models import ExternalIdentity
 from apps.tenants.signin import audit, complete_sign_in
+from lorahub.logs import printable
 
 log = logging.getLogger(__name__)
 DISCOVERY_TTL_S = 3600
@@ -322,7 +323,9 @@ class SignInCallback(OIDCAuthenticationCallbackView):
             if states.pop(request.GET.get("state", ""), None) is not None:  # never again
                 request.session["oidc_states"] = states
             reason = request.GET.get("error_description") or request.GET["error"]
-            return refused(request, f"the identity provider refused: {reason}")
+            # the provider's text, as sent through the browser: bounded, control characters
+            # escaped, before it reaches the audit log and the logs
+            return refused(request, f"the identity provider refused: {printable(reason, 300)}")
         state = request.GET.get("state", "")
         if state not in (request.session.get("oidc_states") or {}):
             return refused(

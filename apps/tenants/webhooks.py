@@ -43,7 +43,7 @@ from django.utils import timezone
 from apps.tenants import sealing
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Tenant, Webhook, WebhookDelivery
-from lorahub import queueing
+from lorahub import queueing, tracing
 
 logger = logging.getLogger(__name__)
 REPLAY_WINDOW_S = 300
@@ -261,6 +261,8 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
     deadline = time.monotonic() + limit_s
     extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
     with (
+        # no trace header to a tenant's receiver, and no span of its URL
+        tracing.untraced(),
         httpx.Client(
             trust_env=False,
             proxy=settings.LORAHUB_WEBHOOK_PROXY or None,
