@@ -36,7 +36,7 @@ from apps.telemetry import outcomes, quality
 from apps.telemetry.outcomes import Outcome
 from apps.tenants import services as tenant_services
 from apps.tenants.auth import Principal
-from apps.tenants.errors import DomainError, Invalid, NotFound
+from apps.tenants.errors import DomainError, Forbidden, Invalid, NotFound
 from apps.tenants.models import Tenant, slug_validator
 from lorahub import queueing
 
@@ -117,8 +117,17 @@ def start_run(
     alias: str | None = None,
 ) -> EvaluationRun:
     """Queue ``candidate`` against ``baseline`` (default: what the adapter's alias serves now)
-    on one set revision. Both must be approved and signed versions of the set's adapter."""
+    on one set revision. Both must be approved and signed versions of the set's adapter.
+
+    Who may start one: the tenant's members, and operators. A reviewer reads every tenant's
+    runs (they inform a review) but starts none on another tenant's versions: a run spends
+    that tenant's share of a node and is audited under that tenant (docs/security.md)."""
     adapter = candidate.adapter
+    if adapter.tenant_id not in principal.tenant_ids and not principal.is_operator:
+        raise Forbidden(
+            f"{candidate.label} belongs to tenant '{adapter.tenant.slug}': only its members and "
+            "operators start evaluation runs on it (reviewers read them); ask the tenant"
+        )
     if set_revision.set.adapter_id != adapter.pk:
         raise Invalid(
             f"set {set_revision.label} belongs to adapter '{set_revision.set.adapter.adapter_id}', "

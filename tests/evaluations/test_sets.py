@@ -135,3 +135,31 @@ def test_a_run_needs_approved_versions_of_the_sets_adapter_and_a_baseline(
     same = start(candidate_version_id=support_versions["v1"])
     assert "already what the alias serves" in same.json()["detail"]
     assert not EvaluationRun.objects.exists()
+
+
+def test_a_reviewer_reads_other_tenants_runs_but_starts_none_on_their_versions(
+    tenant_a, support_versions, reviewer, operator
+):
+    """docs/security.md: a run spends the tenant's share of a node and is audited under the
+    tenant, so only its members and operators start one; reviewers read them."""
+    from tests.helpers import user_client
+
+    member = key_client(tenant_a)
+    revision = upload(member, jsonl(*GOOD)).json()
+    member.put(
+        "/api/aliases/support",
+        {"version_id": support_versions["v1"]},
+        content_type="application/json",
+    )
+    body = {"set_revision_id": revision["id"], "candidate_version_id": support_versions["v2"]}
+    rita = user_client("rita", "rita-pass-123")
+    refused = rita.post("/api/evaluations", body, content_type="application/json")
+    assert refused.status_code == 403
+    assert "only its members and operators" in refused.json()["detail"]
+    assert not EvaluationRun.objects.exists()
+    assert not AuditEvent.objects.filter(action="evaluation.started").exists()
+    otto = user_client("otto", "otto-pass-123")
+    started = otto.post("/api/evaluations", body, content_type="application/json")
+    assert started.status_code == 202, started.content
+    # the reviewer still reads it
+    assert rita.get(f"/api/evaluations/{started.json()['id']}").status_code == 200
