@@ -177,6 +177,18 @@ def test_compose_gives_nodes_their_own_redis_user_and_read_only_object_store_key
     assert all(statement["Effect"] == "Allow" for statement in policy["Statement"])
 
 
+def test_compose_runs_lorahub_with_no_capability_and_the_control_plane_read_only():
+    services = compose()["services"]
+    ours = ["migrate", "console", "worker", "webhooks", "beat", "node-1", "node-2", "router"]
+    for name in ours:
+        spec = services[name]
+        assert spec["cap_drop"] == ["ALL"], name
+        assert "no-new-privileges:true" in spec["security_opt"], name
+    for name in ("migrate", "console", "worker", "webhooks", "beat"):
+        assert services[name]["read_only"] is True, name
+        assert any(t.startswith("/tmp:") for t in services[name]["tmpfs"]), name
+
+
 def redis_node_rule() -> list[str]:
     """The ``--user lorahub-node ...`` tokens of compose's redis command, as shipped."""
     command = compose()["services"]["redis"]["command"]
