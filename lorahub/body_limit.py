@@ -77,20 +77,30 @@ def refusal(path: str, limit: int, setting: str) -> tuple[bytes, bytes]:
     return b"text/plain; charset=utf-8", (message + "\n").encode()
 
 
-class BodyLimit:
-    """ASGI middleware: the console's body bounds, before the application reads a byte."""
+class BodyBound:
+    """ASGI middleware: a request whose body is over ``limit_of(scope)`` bytes gets
+    ``answer(scope, limit)`` (content type, body) with 413 — from ``Content-Length`` before
+    the application runs, or as soon as the bytes counted as they arrive pass it, before the
+    application has read them. The console's (``BodyLimit``) and a node's
+    (``apps/serving/node/body_limit.py``) bounds are this, with their own limits and words."""
 
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        *,
+        limit_of: Callable[[Scope], int],
+        answer: Callable[[Scope, int], tuple[bytes, bytes]],
+    ) -> None:
+        self.app, self.limit_of, self.answer = app, limit_of, answer
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit, setting = limit_for(scope)
+        limit = self.limit_of(scope)
         length = _header(scope, b"content-length")
         if length.isdigit() and int(length) > limit:
-            await self._refuse(scope, send, limit, setting)
+            await self._refuse(scope, send, limit)
             return
         seen = 0
         started = False
@@ -113,10 +123,10 @@ class BodyLimit:
             await self.app(scope, bounded_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._refuse(scope, send, limit, setting)
+                await self._refuse(scope, send, limit)
 
-    async def _refuse(self, scope: Scope, send: Callable, limit: int, setting: str) -> None:
-        content_type, body = refusal(scope.get("path", ""), limit, setting)
+    async def _refuse(self, scope: Scope, send: Callable, limit: int) -> None:
+        content_type, body = self.answer(scope, limit)
         await send(
             {
                 "type": "http.response.start",
@@ -129,6 +139,17 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit(BodyBound):
+    """The console's bounds (``limit_for``), before Django reads a byte."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        super().__init__(
+            app,
+            limit_of=lambda scope: limit_for(scope)[0],
+            answer=lambda scope, limit: refusal(scope.get("path", ""), *limit_for(scope)),
+        )
 
 
 class BodyLimitMiddleware:

@@ -205,6 +205,31 @@ def signed_version(store, folder: Path, prefix: str, key, **fields):
     return resolved, {signing.key_id(public): public}
 
 
+def resolved_version(**fields):
+    """A ``ResolvedVersion`` as a node holds one, unsigned (for rules that never check the
+    signature); ``fields`` override the defaults."""
+    from apps.registry.contracts import ResolvedVersion
+
+    values = {
+        "tenant_id": 1,
+        "tenant_slug": "tenant-a",
+        "alias": "support",
+        "adapter_id": "support",
+        "version_id": 2,
+        "version": "v2",
+        "base_model": "m",
+        "base_model_revision": "r",
+        "rank": 8,
+        "storage_prefix": "",
+        "files": (),
+        "manifest": {},
+        "signature": "",
+        "signing_key_id": "",
+        "is_canary": False,
+    }
+    return ResolvedVersion(**{**values, **fields})
+
+
 @contextmanager
 def count_queries():
     """The SQL statements run inside the block, as a list (also across Django's request

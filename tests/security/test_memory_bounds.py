@@ -16,31 +16,15 @@ import secrets
 
 import pytest
 
-from apps.registry.contracts import ResolvedVersion
 from apps.serving.cache.engine_tiers import Owner
 from apps.serving.node import demand as demand_module
 from apps.serving.node import lookups as lookups_module
 from apps.serving.node.demand import LONG_S, MAX_ARRIVALS, SHORT_S, Demand
+from tests.helpers import resolved_version
 
 
-def version(version_id: int) -> ResolvedVersion:
-    return ResolvedVersion(
-        tenant_id=1,
-        tenant_slug="acme",
-        alias="support",
-        adapter_id="support",
-        version_id=version_id,
-        version=f"v{version_id}",
-        base_model="m",
-        base_model_revision="r",
-        rank=8,
-        storage_prefix="",
-        files=(),
-        manifest={},
-        signature="",
-        signing_key_id="",
-        is_canary=False,
-    )
+def version(version_id: int):
+    return resolved_version(tenant_id=1, tenant_slug="acme", version_id=version_id)
 
 
 def test_arrivals_are_trimmed_with_prefetch_off():

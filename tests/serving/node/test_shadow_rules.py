@@ -103,26 +103,10 @@ def test_answers_are_compared_word_by_word_with_length_finish_and_json():
 
 
 def mirrored(tenant_id: int) -> Mirrored:
-    from apps.registry.contracts import ResolvedVersion
     from apps.serving.node.lookups import Caller
+    from tests.helpers import resolved_version
 
-    shadow = ResolvedVersion(
-        tenant_id=tenant_id,
-        tenant_slug="tenant-a",
-        alias="support",
-        adapter_id="support",
-        version_id=2,
-        version="v2",
-        base_model="m",
-        base_model_revision="r",
-        rank=8,
-        storage_prefix="",
-        files=(),
-        manifest={},
-        signature="",
-        signing_key_id="",
-        is_canary=False,
-    )
+    shadow = resolved_version(tenant_id=tenant_id)
     caller = Caller(
         key_prefix="p",
         tenant_id=tenant_id,
