@@ -42,6 +42,7 @@ case "$part" in
             --bind "0.0.0.0:${LORAHUB_CONSOLE_PORT:-8000}" \
             --workers "${LORAHUB_CONSOLE_WORKERS:-2}" \
             --timeout 120 --graceful-timeout 30 \
+            --no-control-socket \
             --access-logfile - "$@" ;;
     worker)
         exec celery -A lorahub worker --loglevel INFO -Q celery \
