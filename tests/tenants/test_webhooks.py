@@ -25,6 +25,7 @@ from apps.tenants import webhooks
 from apps.tenants.auth import principal_for_user
 from apps.tenants.errors import Invalid
 from apps.tenants.models import Webhook, WebhookDelivery
+from tests.harness.waiting import wait_until
 from tests.helpers import user_client
 
 
@@ -235,7 +236,14 @@ def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_on
     assert event["data"]["candidate"] == "support@v2"
     (gate,) = event["data"]["failed_gates"]
     assert (gate["gate"], gate["value"]) == ("canary error rate", 1.0)
-    delivery = WebhookDelivery.objects.get(event="release.rolled_back")
+    # the receiver has processed it; the worker records the answer once it has read it
+    delivery = wait_until(
+        lambda: WebhookDelivery.objects.filter(
+            event="release.rolled_back", state=WebhookDelivery.State.DELIVERED
+        ).first(),
+        "the worker recording the retried delivery",
+        timeout=15,
+    )
     assert (delivery.state, delivery.attempts, delivery.last_status) == ("delivered", 2, 204)
 
     log = alice.get("/t/tenant-a/webhooks/").content.decode()
