@@ -20,6 +20,7 @@ from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
 from tests.harness.processes import NODE_INTERNAL_TOKEN
+from tests.harness.waiting import wait_until
 from tests.helpers import node_metric, publish, stream_completion, user_client
 from tests.serving.node.calls import PROMPT, QUESTION, V1, V2, complete, internal
 
@@ -400,10 +401,13 @@ def test_metrics_and_request_statistics_count_what_happened(world, tenant_a):
     assert as_tenant.status_code == 401
     # the recorder writes in batches; the 404 for a model the tenant lacks is never a row
     # (usage records what the platform did, not the names a caller sends)
-    deadline = time.monotonic() + 10
-    while RequestLog.objects.filter(tenant=tenant_a, alias="support").count() < logged_before + 3:
-        assert time.monotonic() < deadline, "request statistics were not written"
-        time.sleep(0.2)
+    wait_until(
+        lambda: (
+            RequestLog.objects.filter(tenant=tenant_a, alias="support").count() >= logged_before + 3
+        ),
+        "the three answers' request statistics",
+        timeout=10,
+    )
     assert not RequestLog.objects.filter(tenant=tenant_a, alias="nope").exists()
     served = RequestLog.objects.filter(tenant=tenant_a, alias="support", status=200)
     rows = list(served.order_by("-id")[:3])[::-1]  # these three requests', in order
@@ -582,7 +586,6 @@ def test_a_tampered_registry_object_quarantines_the_version_until_an_operator_li
     # registers again within a heartbeat of a test's table flush), then audits and announces it
     from apps.fleet import quarantine
     from apps.fleet.models import ServingNode
-    from tests.harness.waiting import wait_until
 
     wait_until(
         lambda: ServingNode.objects.filter(name="test-node").exists(), "the node's heartbeat"
