@@ -163,8 +163,7 @@ if PRODUCTION:
         "LORAHUB_BAD_KEY_STORAGE",
         "LORAHUB_EVENTS_URL",
     ):
-        if env_str(_name) or _name != "LORAHUB_EVENTS_URL":
-            _check_secret(f"{_name}'s password", _url_password(env_str(_name)), min_length=12)
+        _check_secret(f"{_name}'s password", _url_password(env_str(_name)), min_length=12)
     if env_str("LORAHUB_SIGNING_KEY") and "PRIVATE KEY" not in env_str("LORAHUB_SIGNING_KEY"):
         raise ImproperlyConfigured(
             "LORAHUB_SIGNING_KEY is not a PEM private key (still a placeholder?): "
