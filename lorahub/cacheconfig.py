@@ -37,7 +37,7 @@ class CpuWarm(_Section):
 
 class DiskCache(_Section):
     max_size_gb: float = Field(10.0, gt=0)
-    verify_checksum: bool = True
+    verify_checksum: bool = False  # BLAKE3 on every L3 load; off: the stat seal + idle scrubs
     path: str = ""
 
 

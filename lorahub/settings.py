@@ -690,6 +690,9 @@ LORAHUB_NODE_FAIR_HEADROOM = env_int("LORAHUB_NODE_FAIR_HEADROOM", 8, minimum=0)
 # Prefetch from rising demand (apps/serving/node/demand.py). Off by default: the replay does
 # not model it yet, and with it on the replay's tiers stop matching the node's.
 LORAHUB_NODE_PREFETCH_RISING = env_bool("LORAHUB_NODE_PREFETCH_RISING", False)
+# While idle (nothing in the engine's batch, nothing loading), a node re-hashes one L3 copy
+# every SCRUB_EVERY_S against its seal (apps/serving/cache/disk.py); 0: never.
+LORAHUB_NODE_SCRUB_EVERY_S = env_int("LORAHUB_NODE_SCRUB_EVERY_S", 30, minimum=0)
 # The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.
 LORAHUB_NODE_MAX_BODY_KB = env_int("LORAHUB_NODE_MAX_BODY_KB", 4096, minimum=16)
 # A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503

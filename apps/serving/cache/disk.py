@@ -7,16 +7,21 @@ Integrity, in two steps, so that the check on every load stays cheap:
    *seal* (per file: size, mtime, inode and a BLAKE3 digest), and rename the folder into place.
    Only a complete, verified folder is ever visible under its final name.
 2. **Loading** (every L3→L2 load): the file's size, mtime, ctime and inode must match the
-   seal, and its BLAKE3 digest must match. BLAKE3 runs about three times faster than sha256
-   here and in parallel, so the check costs about as much as reading and parsing the bytes
-   once (``bench/load_tiers.py`` measures it against that floor).
+   seal *as this process read it when the folder landed or was re-verified* (kept in memory:
+   a seal file rewritten later is not believed), a few stat calls, well under a millisecond.
+   ``disk_cache.verify_checksum: true`` adds the BLAKE3 digest on every load (tens of ms of
+   the cores the engine computes on for a seed-scale adapter), for those who want it.
+3. **Scrubbing** (``scrub``, when the node is idle): the BLAKE3 digest of one folder at a
+   time, oldest check first, against the seal.
 
 Why this is still safe: the sha256 + signature check binds the bytes to what a reviewer
-approved; the seal binds the bytes on this disk to the ones that passed that check. Changing a
-byte later breaks the BLAKE3 digest (a 256-bit cryptographic hash, like sha256); a file that is
-replaced or rewritten also breaks the stat fields. Either way the folder is deleted and fetched
-again from the registry. At start-up the tier rebuilds its index from disk by re-running the
-full sha256 + signature check on every folder (the seal alone is not trusted across restarts).
+approved; the seal binds the bytes on this disk to the ones that passed that check. Any write,
+truncation, replacement or ``utime`` through the filesystem changes the inode change time,
+which no process can set back, so tampering fails the load's check; what only the digest
+sees (silent media corruption, a write beneath the filesystem) fails the scrub, or, with
+``verify_checksum``, the load. Either way the folder is deleted and fetched again from the
+registry. At start-up the tier rebuilds its index from disk by re-running the full sha256 +
+signature check on every folder (the seal alone is not trusted across restarts).
 """
 
 from __future__ import annotations
@@ -97,6 +102,19 @@ class DiskTier:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        # folder -> its seal as read when it landed or was re-verified (see the docstring)
+        self._seals: dict[Path, dict[str, dict[str, Any]]] = {}
+        self._condemned: dict[Path, str] = {}  # folders a scrub failed, still in use then
+
+    def remember(self, resolved: ResolvedVersion) -> None:
+        """Keep the seal of a folder that has just landed (written by the landing, in this or
+        the download process) or passed the full check: the seal later loads are held to."""
+        folder = self.folder(resolved)
+        self._condemned.pop(folder, None)
+        try:
+            self._seals[folder] = json.loads((folder / SEAL).read_text())
+        except (OSError, ValueError):
+            self._seals.pop(folder, None)
 
     def folder(self, resolved: ResolvedVersion) -> Path:
         tenant, adapter, version, revision = resolved.cache_key
@@ -157,6 +175,8 @@ class DiskTier:
                 )
             (final / SEAL).write_text(json.dumps(seal))
             _fsync_dir(final)
+            self._seals[final] = seal
+            self._condemned.pop(final, None)
         except BaseException:
             if renamed:  # unsealed, so never used; but it takes room (a full disk fails here)
                 shutil.rmtree(final, ignore_errors=True)
@@ -174,16 +194,22 @@ class DiskTier:
     def check(self, resolved: ResolvedVersion, *, hash_bytes: bool = True) -> Path:
         """The sealed-file check done on every load. Raises IntegrityFailure on any mismatch.
 
-        ``hash_bytes=False`` (``disk_cache.verify_checksum: false``) checks the stat fields
-        only: any write, truncation, replacement or ``utime`` through the filesystem changes
-        the inode change time (which no process can set back), so tampering is still seen;
-        silent media corruption is not. It saves the BLAKE3 pass, about 5 ms per 27 MB here.
+        ``hash_bytes=False`` (the default, ``disk_cache.verify_checksum: false``) checks the
+        stat fields only: any write, truncation, replacement or ``utime`` through the
+        filesystem changes the inode change time (which no process can set back), so
+        tampering is still seen; silent media corruption is left to ``scrub``. It saves the
+        BLAKE3 pass, about 5 ms per 27 MB and 20-40 ms per seed-scale adapter here.
         """
         folder = self.folder(resolved)
-        try:
-            seal = json.loads((folder / SEAL).read_text())
-        except (OSError, ValueError):
-            raise IntegrityFailure(f"{resolved.label}: no valid seal on disk") from None
+        if folder in self._condemned:
+            raise IntegrityFailure(self._condemned[folder])
+        seal = self._seals.get(folder)
+        if seal is None:  # landed before this process knew it: read once, then held to it
+            try:
+                seal = json.loads((folder / SEAL).read_text())
+            except (OSError, ValueError):
+                raise IntegrityFailure(f"{resolved.label}: no valid seal on disk") from None
+            self._seals[folder] = seal
         if set(seal) != {name for name, _, _ in resolved.files}:
             raise IntegrityFailure(f"{resolved.label}: sealed files differ from the manifest")
         for name, meta in seal.items():
@@ -203,16 +229,43 @@ class DiskTier:
                 raise IntegrityFailure(f"{resolved.label}: {name} does not match its seal")
         return folder
 
+    def condemn(self, folder: Path, problem: str) -> None:
+        """The folder failed its scrub while in use: its next check fails with ``problem``."""
+        self._condemned[folder] = problem
+
+    def scrub(self, folder: Path) -> str | None:
+        """Re-hash one landed folder against its seal (blocking): None if every file matches,
+        else what does not."""
+        seal = self._seals.get(folder)
+        if seal is None:
+            try:
+                seal = json.loads((folder / SEAL).read_text())
+            except (OSError, ValueError):
+                return f"{folder.name}: no valid seal on disk"
+        for name, meta in seal.items():
+            try:
+                if _blake3(folder / name) != meta["blake3"]:
+                    return f"{folder.relative_to(self.root)}/{name} does not match its seal"
+            except OSError:
+                return f"{folder.relative_to(self.root)}/{name} is missing"
+        return None
+
     def clear(self) -> None:
+        self._seals.clear()
+        self._condemned.clear()
         shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
 
     def evict(self, resolved: ResolvedVersion) -> None:
+        self._seals.pop(self.folder(resolved), None)
+        self._condemned.pop(self.folder(resolved), None)
         shutil.rmtree(self.folder(resolved), ignore_errors=True)
 
     def remove(self, folder: Path) -> None:
         """Delete one version folder under this tier's root (never anything else)."""
         if folder.resolve().is_relative_to(self.root.resolve()) and folder != self.root:
+            self._seals.pop(folder, None)
+            self._condemned.pop(folder, None)
             shutil.rmtree(folder, ignore_errors=True)
 
     def listing(self) -> list[dict]:
@@ -257,6 +310,16 @@ class DiskTier:
                 seal = folder / SEAL
                 if not seal.exists():
                     raise IntegrityFailure("unsealed")
+                sealed = json.loads(seal.read_text())
+                for name, meta in sealed.items():  # the bytes passed: their stat is the seal
+                    st = (folder / name).stat()
+                    meta.update(
+                        size=st.st_size,
+                        mtime_ns=st.st_mtime_ns,
+                        ctime_ns=st.st_ctime_ns,
+                        ino=st.st_ino,
+                    )
+                self._seals[folder] = sealed
                 entry = OnDisk(
                     path=folder,
                     version_id=int(record["version_id"]),

@@ -165,10 +165,12 @@ class EngineTiers:
         vLLM's LRU never chooses: the policy's pick goes before an add would overflow."""
         capacity = self._slots()[1] - len(adding)
         quotas = {owner.tenant_id: owner.warm_quota} if owner.warm_quota else None
-        residents = [  # as the policy must see them: the record's flags
-            r.engine._replace(pinned=r.protected, deprecated=r.deprecated)
-            for r in self.members.values()
-            if r.engine is not None
+        members = [r for r in self.members.values() if r.engine is not None]
+        # as the policy must see them: the record's flags; a version that placed requests
+        # wait for is kept like a protected one while anything else may go
+        residents = [
+            r.engine._replace(pinned=r.protected or r.waiting > 0, deprecated=r.deprecated)
+            for r in members
         ]
         used = sum(r.size_bytes for r in residents) + sum(adding)
         over_memory = warm_bytes is not None and bool(residents) and used + incoming > warm_bytes
@@ -184,8 +186,16 @@ class EngineTiers:
         )
         if not chosen and len(residents) >= capacity:
             # Shares protect everyone left: still, vLLM's LRU must not choose. The policy's
-            # pick among the unprotected goes (pins < max_loras <= capacity).
+            # pick among the unprotected goes (pins < max_loras <= capacity), one that no
+            # placed request waits for first: a waiting request does not hold its version.
             chosen = rank([r for r in residents if not r.pinned], policy=policy, now=now)[:1]
+            if not chosen:
+                unheld = [
+                    r.engine._replace(deprecated=r.deprecated)
+                    for r in members
+                    if not r.protected and r.engine is not None
+                ]
+                chosen = rank(unheld, policy=policy, now=now)[:1]
             if not chosen:
                 return None
         return chosen  # empty: it fits (the memory cap yields to pinned residents)

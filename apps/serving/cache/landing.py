@@ -64,6 +64,7 @@ class Landing:
         self.public_keys, self.limits, self.timer = public_keys, limits, timer
         self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
         self.on_evict = on_evict
+        self._scrubbed: dict[int, float] = {}  # version id -> when its copy was last scrubbed
 
     def _record(self, resolved: ResolvedVersion) -> CachedVersion:
         return self.book.versions.of(
@@ -120,6 +121,7 @@ class Landing:
             if self.on_integrity_failure:
                 self.on_integrity_failure(resolved, "L4", str(exc))
             raise AdapterIntegrityError(str(exc)) from None
+        self.disk.remember(resolved)  # the seal later loads are held to
         timings.update(fetch_ms=landed.fetch_ms, verify_ms=landed.verify_ms)
         self._note_on_disk(resolved, record, reload_ms=(self.timer() - started) * 1000)
         return OnDiskNow("L4", timings)
@@ -169,6 +171,38 @@ class Landing:
             folder=self.disk.folder(resolved),
             reload_ms=reload_ms,
         )
+
+    def scrub_one(self) -> str | None:
+        """Re-hash the L3 copy checked longest ago (blocking; ``DiskTier.scrub``); a copy that
+        fails is deleted, dropped from the index and counted as an L3 integrity failure, and
+        lands again from L4 on its next use. None if nothing was found wrong (or nothing was
+        there to scrub), else what was."""
+        candidates = [r for r in self.book.on_disk.members.values() if r.folder is not None]
+        candidates.sort(key=lambda r: self._scrubbed.get(r.version_id, 0.0))
+        for record in candidates:
+            if not record.landing.acquire(blocking=False):  # being landed or checked now
+                continue
+            try:
+                folder = record.folder
+                if folder is None:
+                    continue
+                self._scrubbed[record.version_id] = time.monotonic()
+                problem = self.disk.scrub(folder)
+                if problem is None:
+                    return None
+                logger.warning("the scrub found a corrupt disk copy: %s", problem)
+                idle = record.engine is None and record.loading is None
+                if idle and not record.held and not record.waiting:
+                    self.book.drop_from_disk(record.version_id)
+                    self.disk.remove(folder)
+                else:  # the engine may read it again: its next check fails and it lands again
+                    self.disk.condemn(folder, problem)
+                if self.on_integrity_failure:
+                    self.on_integrity_failure(None, "L3", problem)
+                return problem
+            finally:
+                record.landing.release()
+        return None
 
     def disk_bytes(self) -> int:
         return self.book.on_disk.bytes()

@@ -19,7 +19,7 @@ class Limits:
     max_fetches: int = 2
     max_loads: int = 1
     max_pending: int = 16
-    verify_checksum: bool = True  # BLAKE3 on every L3 load, not only the stat seal
+    verify_checksum: bool = False  # BLAKE3 on every L3 load, not only the stat seal
 
     @classmethod
     def from_config(cls, config: CacheConfig) -> Limits:

@@ -62,6 +62,18 @@ from lorahub.cacheconfig import CacheConfig
 logger = logging.getLogger(__name__)
 GIB = 1024**3
 MIB = 1024**2
+# What vLLM's add of a version costs the engine per MB, for the eviction policy's reload cost
+# of a version loaded by its request's step (whose add the node cannot time):
+# ``bench/seed_floors.py --engine`` measured 68 ms for a 44 MB seed adapter.
+ADD_MS_PER_MB = 1.5
+
+
+def _log_failures(sent: asyncio.Future) -> None:
+    if sent.cancelled():
+        return
+    for answer in sent.result():
+        if isinstance(answer, BaseException):
+            logger.warning("an engine removal failed: %s", answer)
 
 
 class LoadQueueFull(Exception):
@@ -100,7 +112,7 @@ class CacheManager:
         limits: Limits | None = None,
         on_integrity_failure=None,
         on_evict: Callable[[str, int | None], None] | None = None,
-        on_load: Callable[[str, float, int], None] | None = None,
+        on_load: Callable[..., None] | None = None,
         clock: Clock = monotonic,
         timer: Clock = default_timer,
     ) -> None:
@@ -110,7 +122,7 @@ class CacheManager:
         self.public_keys = public_keys
         self.on_integrity_failure = on_integrity_failure  # callable(resolved, tier, reason)
         self.on_evict = on_evict
-        # callable(source tier, ms, bytes): once per load, however many wait
+        # callable(source tier, ms, bytes, boundaries=): once per load, however many wait
         self.on_load = on_load
         self.clock = clock  # for the tier rules (``book.py``)
         self.timer = timer  # for the durations a load reports
@@ -147,6 +159,10 @@ class CacheManager:
         self._limits = limits
         self._owners: dict[int, tuple[str, Owner]] = {}  # tenant id -> (slug, latest quotas)
         self._adding: list[int] = []  # sizes of the versions on their way into the engine
+        self._removing: set[asyncio.Future] = set()  # engine removals sent, not yet answered
+        # engine loads by the step boundaries they cost before their request could run: 1
+        # for a request's own load (``board``), 2 for an explicit add (``activate``)
+        self.boundaries: dict[int, int] = {}
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -257,6 +273,138 @@ class CacheManager:
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
 
+    async def prepare(
+        self,
+        resolved: ResolvedVersion,
+        *,
+        owner: Owner | None = None,
+        deadline_s: float | None = None,
+        wait_for_room: bool = True,
+    ) -> Placed:
+        """A request's placement: its version made ready to enter the engine *with* the
+        request, without a hold — in the engine already (L1/L2, the use recorded), or its L3
+        copy landed from L4 if need be and checked (single-flight, in the load queue, within
+        ``deadline_s`` as for ``activate``). The request then waits for a seat and a device
+        slot as one of the version's waiting requests (``record.waiting``: the version is the
+        last choice of victim and keeps its disk copy) and ends its wait with ``board``, or,
+        if it gives up, ``stop_waiting``."""
+        record = self._record(resolved)
+        owner = owner or Owner(tenant_id=resolved.tenant_id)
+        self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
+        handle = self._handle(resolved)
+        started = self.book.observe(record.version_id)
+        while True:
+            if record.quarantined:
+                raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
+            tier = self.book.use(record)
+            if tier is not None:
+                record.waiting += 1
+                return Placed(handle, tier, 0.0)
+            left = None if deadline_s is None else deadline_s - (self.clock() - started)
+            task, starter = record.loading, False
+            if task is None:
+                if self.loads.full():
+                    if not wait_for_room:
+                        raise LoadQueueFull(f"{self.loading()} versions are loading")
+                    await self._wait_for_room(left)
+                    continue
+                task = self.loads.start(record, self._ready(resolved, record, handle))
+                starter = True
+            try:
+                placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
+            except TimeoutError:
+                raise LoadDeadline(
+                    f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
+                ) from None
+            if record.engine is None and record.folder is not None:
+                record.waiting += 1  # no await since the copy was checked: it is still there
+                return replace(placed, started=starter)
+            # an explicit load put it in the engine meanwhile, or its copy went: look again
+
+    async def _ready(
+        self, resolved: ResolvedVersion, record: CachedVersion, handle: AdapterHandle
+    ) -> Placed:
+        """The version's L3 copy, landed (from L4, in a fetch slot) or checked."""
+        started = self.timer()
+        if self.disk.has(resolved):
+            found = await offload.run(self.land, resolved)
+        else:
+            async with self.loads.fetch_slots.slot(resolved.size_bytes):
+                found = await offload.run(self.land, resolved)
+        return Placed(handle, found.found_in, (self.timer() - started) * 1000, found.timings)
+
+    def stop_waiting(self, version_id: int) -> None:
+        """A placed request gave up before it boarded (``prepare``)."""
+        record = self.versions.get(version_id)
+        if record is not None and record.waiting > 0:
+            record.waiting -= 1
+
+    async def board(
+        self, resolved: ResolvedVersion, *, owner: Owner | None = None, placed: Placed
+    ) -> str | None:
+        """A placed request enters the engine now: its version is held from here until
+        ``release``. None if the version is in the engine; otherwise the tier its bytes come
+        from (``L3``): the version was not in the engine, or left it while the request waited.
+
+        A cold load costs one engine step boundary: the removals that make room are sent now,
+        and the caller sends the request right after them, with no await in between; the
+        engine core takes both between the same two steps (in the order sent), and the step
+        that schedules the request loads the adapter from its L3 folder (vLLM's
+        ``_apply_adapters``, as stock vLLM loads an adapter it has resolved). No ``add_lora``
+        goes first, so no step boundary is spent on it and no device slot is taken before a
+        request needs one. The victims are the node's (``engine_tiers.victims``): never a
+        version a request inside the engine holds; vLLM's LRU never chooses, because the room
+        is made before the request arrives. The folder was verified when it landed and its
+        seal checked by ``prepare``; the engine reads it in the step."""
+        record = self._record(resolved)
+        owner = owner or Owner(tenant_id=resolved.tenant_id)
+        while record.engine is None:
+            if record.quarantined:
+                raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
+            if record.folder is None or record.loading is not None:
+                # its copy left the disk, or an explicit load of it is under way: place again
+                again = await self.prepare(resolved, owner=owner)
+                self.stop_waiting(record.version_id)
+                placed = replace(again, tier=again.tier if again.tier in ("L3", "L4") else "L3")
+                continue
+            removals = await self._make_room(owner, incoming=resolved.size_bytes)
+            if record.engine is not None or record.folder is None or record.loading is not None:
+                await self._send(removals)  # the room stays made; look again
+                continue
+            self.book.admit(
+                record,
+                owner,
+                size_bytes=resolved.size_bytes,
+                reload_cost_ms=placed.timings.get("check_ms", 0.0)
+                + ADD_MS_PER_MB * resolved.size_bytes / MIB,
+            )
+            self._board(record)
+            await self._send(removals)
+            self.boundaries[1] = self.boundaries.get(1, 0) + 1
+            if self.on_load:
+                self.on_load(placed.tier, placed.load_ms, resolved.size_bytes, boundaries=1)
+            return "L3"
+        self._board(record)
+        return None
+
+    def _board(self, record: CachedVersion) -> None:
+        """One of the version's waiting requests is inside the engine now."""
+        if record.waiting > 0:
+            record.waiting -= 1
+        self.tiers.hold(record)
+
+    async def _send(self, removals: list[Coroutine[Any, Any, bool]]) -> None:
+        """Send the engine calls now (each is on the engine core's queue on return, in
+        order); their answers are awaited in the background."""
+        if not removals:
+            return
+        sent = [asyncio.ensure_future(removal) for removal in removals]
+        await asyncio.sleep(0)  # each call runs up to its send, which does not suspend
+        pending = asyncio.gather(*sent, return_exceptions=True)
+        pending.add_done_callback(_log_failures)
+        self._removing.add(pending)
+        pending.add_done_callback(self._removing.discard)
+
     def release(self, version_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""
         record = self.versions.get(version_id)
@@ -307,6 +455,7 @@ class CacheManager:
                 self._adding.remove(resolved.size_bytes)
             timings["add_ms"] = (self.timer() - add_started) * 1000
         load_ms = (self.timer() - started) * 1000
+        self.boundaries[2] = self.boundaries.get(2, 0) + 1
         self.book.admit(
             record,
             owner,
@@ -314,7 +463,7 @@ class CacheManager:
             reload_cost_ms=timings.get("check_ms", 0.0) + timings["add_ms"],
         )
         if self.on_load:
-            self.on_load(tier, load_ms, resolved.size_bytes)
+            self.on_load(tier, load_ms, resolved.size_bytes, boundaries=2)
         return Placed(handle, tier, load_ms, timings)
 
     async def _make_room(self, owner: Owner, incoming: int) -> list[Coroutine[Any, Any, bool]]:

@@ -55,10 +55,14 @@ class CachedVersion:
     # version (a second landing would replace the folder while the engine reads it)
     landing: threading.Lock = field(default_factory=threading.Lock)
     pinned: bool = False
-    held: int = 0  # requests generating with it (``place(hold=True)`` until ``release``)
+    held: int = 0  # requests inside the engine with it (``board`` until ``release``)
     # requests waiting for its load that will hold it once it is done: until they resume,
     # the fresh version must not be evicted for another (loaded, evicted, loaded again)
     awaiting: int = 0
+    # requests placed and still waiting for a seat or a device slot (``CacheManager.prepare``
+    # until ``board``): they count toward keeping the version in the engine (it is the last
+    # choice of victim) but do not protect it, and they keep its L3 copy
+    waiting: int = 0
     deprecated: bool = False  # no alias uses it any more: the first to go from every tier
     quarantined: bool = False
 
@@ -78,9 +82,11 @@ class CachedVersion:
 
     @property
     def busy(self) -> bool:
-        """Loading into the engine, being landed on disk, or answering requests: an operator
-        may not evict it now, and neither may the disk tier."""
-        return self.loading is not None or self.held > 0 or self.landing.locked()
+        """Loading into the engine, being landed on disk, answering requests or awaited by
+        placed ones: an operator may not evict it now, and neither may the disk tier."""
+        return (
+            self.loading is not None or self.held > 0 or self.waiting > 0 or self.landing.locked()
+        )
 
     @property
     def protected(self) -> bool:

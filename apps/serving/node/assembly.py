@@ -220,6 +220,8 @@ class Node:
         spawn(self._watch_engine(), name="engine-watchdog")
         spawn(self.changes.refresh_periodically(), name="full-refresh")
         spawn(self._expire_idle(), name="l2-ttl")
+        if settings.LORAHUB_NODE_SCRUB_EVERY_S:
+            spawn(self._scrub_idle(settings.LORAHUB_NODE_SCRUB_EVERY_S), name="l3-scrub")
         if settings.LORAHUB_NODE_PREFETCH_RISING:
             demand = self.requests.demand
             spawn(demand.run(self.cache, lambda: self.engine.is_ready), name="prefetch")
@@ -304,6 +306,19 @@ class Node:
                 await evictions.expire_idle(self.cache)
             except Exception:
                 logger.warning("TTL sweep failed", exc_info=True)
+
+    async def _scrub_idle(self, every_s: float) -> None:
+        """Re-hash one L3 copy against its seal every ``every_s`` while the node is idle:
+        nothing in the engine's batch and nothing loading (``Landing.scrub_one``), so the
+        hashing never takes the cores from a step."""
+        while True:
+            await asyncio.sleep(every_s)
+            if self.engine.requests_in_flight() or self.cache.loading():
+                continue
+            try:
+                await offload.run(self.cache.landing.scrub_one)
+            except Exception:
+                logger.warning("disk scrub failed", exc_info=True)
 
     async def _watch_engine(self) -> None:
         """Restart the engine if it dies; the placement forgets what the dead one held.

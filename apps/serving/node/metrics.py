@@ -50,6 +50,13 @@ class NodeMetrics:
             buckets=MS_BUCKETS,
             registry=r,
         )
+        self.load_boundaries = Counter(
+            "adapter_engine_loads",
+            "Adapter loads into the engine, by the engine step boundaries they cost before "
+            "their request could run (1: the request's own step loads it; 2: an add first)",
+            ["boundaries"],
+            registry=r,
+        )
         self.gpu_memory = Gauge(
             "adapter_gpu_memory_mb", "Size of the adapters in the engine's device slots", registry=r
         )
@@ -198,10 +205,11 @@ class NodeMetrics:
         """A bounded tenant label (see the module docstring)."""
         return self.labels_for(tenant, "")[0]
 
-    def loaded(self, tier: str, ms: float, size_bytes: int) -> None:
-        """A version's load finished: its time by the tier it came from; its bytes, where it
-        came from the object store."""
+    def loaded(self, tier: str, ms: float, size_bytes: int, boundaries: int = 2) -> None:
+        """A version's load finished: its time by the tier it came from, the step boundaries
+        it cost; its bytes, where it came from the object store."""
         self.load_latency.labels(source_tier=tier).observe(ms)
+        self.load_boundaries.labels(boundaries=str(boundaries)).inc()
         if tier == "L4":
             self.fetched_bytes.inc(size_bytes)
 

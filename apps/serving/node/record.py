@@ -37,7 +37,12 @@ class RequestTrace:
     queue_ms: float = 0.0
     ttft_ms: float | None = None
     degraded: bool = False  # the base model answered: the adapter could not load in time
-    held: int | None = None  # the LoRA id this request holds in the engine while it runs
+    # the LoRA id of this request's version from placement on: awaited (``placed``) until
+    # the request boards the engine, then held there while it runs (``boarded``)
+    held: int | None = None
+    placed: Any = None  # cache.manager.Placed, for boarding
+    owner: Any = None  # cache.engine_tiers.Owner of the placement
+    boarded: bool = False
     active: bool = False  # admitted to the engine's batch (the device-slot gate)
     finishing: bool = False  # on its last token (the gate may hand its slot on)
     prompt_tokens: int = 0

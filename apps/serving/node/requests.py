@@ -166,7 +166,10 @@ class RequestPath:
     async def place(
         self, trace: RequestTrace, *, deadline_s: float | None = None, demand: bool = True
     ):
-        """Step 4: the adapter's handle, once it is in the engine; None for the base model.
+        """Step 4: the adapter's handle, once it is ready to enter the engine with the request
+        (in the engine, or its L3 copy landed and checked: ``CacheManager.prepare``); None
+        for the base model. The request does not hold its version while it waits for a seat
+        and a device slot: it boards the engine after them (``board``).
 
         A request waits for a cold load as long as its tenant tier's deadline allows. When
         the load queue is full or the deadline passes, the tier's overload action applies:
@@ -187,12 +190,11 @@ class RequestPath:
         if demand:  # a caller's request; a shadow copy is nobody's demand
             self.demand.arrived(trace.resolved, owner)
         try:
-            placed: Placed = await self.cache.activate(
+            placed: Placed = await self.cache.prepare(
                 trace.resolved,
                 owner=owner,
                 deadline_s=sla.deadline_ms / 1000 if deadline_s is None else deadline_s,
                 wait_for_room=sla.on_overload == "wait",
-                hold=True,
             )
         except (LoadQueueFull, LoadDeadline) as exc:
             if sla.on_overload == "degrade":
@@ -208,8 +210,20 @@ class RequestPath:
         trace.tier, trace.load_ms, trace.load_caused = placed.tier, placed.load_ms, placed.started
         if placed.timings:  # this request waited for a load: what the load itself cost
             trace.load_work_ms = sum(placed.timings.values())
-        trace.held = placed.handle.lora_id
+        trace.held, trace.placed, trace.owner = placed.handle.lora_id, placed, owner
         return placed.handle
+
+    async def board(self, trace: RequestTrace) -> None:
+        """Into the engine, right before the request is sent: its version held from here on,
+        and loaded by the request's own step if it is not in the engine (left it while the
+        request waited, or was never in: ``CacheManager.board``). Nothing may await between
+        this and the send."""
+        if trace.placed is None or trace.resolved is None:
+            return
+        loaded = await self.cache.board(trace.resolved, owner=trace.owner, placed=trace.placed)
+        trace.boarded = True
+        if loaded is not None and trace.tier in ("L1", "L2"):
+            trace.tier, trace.load_caused = loaded, True
 
     def leave_engine(self, trace: RequestTrace) -> None:
         """The request is out of the engine's batch (once per request)."""
@@ -227,7 +241,10 @@ class RequestPath:
         """The request no longer needs its adapter in the engine (once per request)."""
         self.leave_engine(trace)
         if trace.held is not None:
-            self.cache.release(trace.held)
+            if trace.boarded:
+                self.cache.release(trace.held)
+            else:
+                self.cache.stop_waiting(trace.held)
             trace.held = None
 
     # --- the endpoints ---------------------------------------------------------------------
@@ -316,6 +333,8 @@ class RequestPath:
                 trace.active = handle is not None
                 if self.seams.faults:
                     await self.seams.apply(trace.resolved.version_id if trace.resolved else None)
+                if handle is not None:
+                    await self.board(trace)
                 # the device slot is free for others as soon as vLLM is done with the request
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),
@@ -426,6 +445,7 @@ class RequestPath:
             async with self.admission.spare_slot(headroom=self.shadow_headroom):
                 await self.cache.enter_engine(handle.lora_id)
                 trace.active = True
+                await self.board(trace)
                 generation = Generation(
                     on_finished=lambda: self.leave_engine(trace),
                     on_last_token=lambda: self.finishing(trace),

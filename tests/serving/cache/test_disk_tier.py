@@ -47,15 +47,23 @@ def test_one_flipped_byte_on_disk_fails_the_check(setup):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # even with mtime restored
     with pytest.raises(IntegrityFailure, match="changed on disk"):  # ctime cannot be restored
         disk.check(resolved, hash_bytes=False)
-    # bytes that rot with every stat field intact (as if the seal were made after): BLAKE3
+    # a seal file rewritten to match is not believed: loads are held to the seal as it was read
+    # when the folder landed
     seal_path = path.parent / ".seal.json"
     seal = json.loads(seal_path.read_text())
     now = path.stat()
     seal[path.name].update(mtime_ns=now.st_mtime_ns, ctime_ns=now.st_ctime_ns)
     seal_path.write_text(json.dumps(seal))
-    disk.check(resolved, hash_bytes=False)  # the stat-only check cannot see this
+    with pytest.raises(IntegrityFailure, match="changed on disk"):
+        disk.check(resolved, hash_bytes=False)
+    # the idle scrub re-hashes: it finds the byte whatever the stat fields say
+    assert "does not match its seal" in disk.scrub(path.parent)
+    # bytes that rot with every stat field intact (a process that read the seal after): BLAKE3
+    fresh = DiskTier(disk.root)
+    fresh.check(resolved, hash_bytes=False)  # the stat-only check cannot see this
+    assert "does not match its seal" in fresh.scrub(path.parent)
     with pytest.raises(IntegrityFailure, match="does not match its seal"):
-        disk.check(resolved)
+        fresh.check(resolved)  # nor can a load without verify_checksum; with it, it does
 
 
 def test_a_replaced_file_fails_the_stat_check(setup):
