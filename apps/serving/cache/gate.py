@@ -18,7 +18,10 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
   waiting longest), so one slot change serves as many requests as it can, instead of in
   arrival order, where every few requests would swap an adapter into the slot;
 - no adapter waits for ever: once one has waited ``starvation_s()`` (0.5 s, or four times
-  a request's mean time in the engine where that is longer), it is next, and the adapter in
+  a request's mean time in the engine where that is longer), or has seen ``MAX_PASSED`` free
+  slots go to adapters that came after it (a bound in slot changes, whatever a request's
+  time in the engine: at the seeds' scale a request holds its slot for seconds, and four
+  holds were tens of steps), it is next, and the adapter in
   the batch that will free its slot first (its newest request is the oldest) takes no
   newcomers until it has; the others keep taking theirs, so a cold adapter costs the hot
   ones one slot for one request's time, not every newcomer's wait;
@@ -39,6 +42,9 @@ STARVATION_S = 0.5  # the least an adapter may be kept waiting while others keep
 # ... or this many times a request's mean time in the engine, where that is longer
 STARVATION_HOLDS = 4.0
 HOLD_EWMA = 0.05  # the weight of each finished request in that mean
+# ... or once this many free slots went to adapters that began waiting after it (as the load
+# queue's ``loads.MAX_PASSED``)
+MAX_PASSED = 4
 
 
 class DeviceGate:
@@ -64,6 +70,8 @@ class DeviceGate:
         # LoRA id -> its waiting requests, oldest first: (arrival time, woken with True)
         self._waiting: dict[int, list[tuple[float, asyncio.Future[bool]]]] = {}
         self._pin_waiters: list[tuple[int, asyncio.Future[bool]]] = []
+        # waiting LoRA id -> free slots that went to adapters which began waiting after it
+        self._passed: dict[int, int] = {}
         self._timer: asyncio.TimerHandle | None = None
         # a request's mean time in the engine, from admission to leaving (None: none left yet)
         self._hold_s: float | None = None
@@ -94,11 +102,17 @@ class DeviceGate:
         outside = [(lid, q) for lid, q in self._waiting.items() if lid not in self._active]
         if not outside:
             return None
-        bound = self.starvation_s()
-        starving = [(q[0][0], lid) for lid, q in outside if now - q[0][0] >= bound]
+        starving = [(q[0][0], lid) for lid, q in outside if self._overdue(lid, now)]
         if starving:
             return min(starving)[1]
         return max(outside, key=lambda item: (len(item[1]), -item[1][0][0]))[0]
+
+    def _overdue(self, lora_id: int, now: float) -> bool:
+        """Waited ``starvation_s()``, or passed over ``MAX_PASSED`` times."""
+        queue = self._waiting[lora_id]
+        return (
+            now - queue[0][0] >= self.starvation_s() or self._passed.get(lora_id, 0) >= MAX_PASSED
+        )
 
     def _leaving(self) -> set[int]:
         """Adapters whose every request in the engine is on its last token, when their slots
@@ -115,11 +129,7 @@ class DeviceGate:
         """An adapter outside the batch has waited too long while every slot is taken: the
         adapters in the batch take no newcomers until one of them leaves."""
         choice = self._next(now)
-        return (
-            choice is not None
-            and now - self._waiting[choice][0][0] >= self.starvation_s()
-            and self._taken() >= self._slots()
-        )
+        return choice is not None and self._overdue(choice, now) and self._taken() >= self._slots()
 
     def _draining(self, now: float) -> int | None:
         """While an adapter starves: the adapter in the batch that frees its slot first (its
@@ -131,6 +141,7 @@ class DeviceGate:
         return min(self._active, key=lambda lora_id: self._active[lora_id][-1])
 
     def _admit(self, lora_id: int, now: float) -> None:
+        self._passed.pop(lora_id, None)
         for _, woken in self._waiting.pop(lora_id, []):
             if not woken.done():
                 woken.set_result(True)
@@ -152,6 +163,11 @@ class DeviceGate:
             choice = self._next(now)
             if choice is None:
                 break
+            for lid in self._waiting:  # in the order they began waiting
+                if lid == choice:
+                    break
+                if lid not in self._active:
+                    self._passed[lid] = self._passed.get(lid, 0) + 1
             self._admit(choice, now)
         for entry in list(self._pin_waiters):
             lora_id, woken = entry
@@ -183,6 +199,7 @@ class DeviceGate:
             queue[:] = [entry for entry in queue if entry[1] is not woken]
             if not queue:
                 self._waiting.pop(lora_id, None)
+                self._passed.pop(lora_id, None)
             if woken.done() and not woken.cancelled():  # let in as it was cancelled
                 self.leave(lora_id)
             raise

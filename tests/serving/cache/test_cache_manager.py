@@ -385,6 +385,34 @@ def test_a_starving_adapter_stops_the_newcomers_of_the_adapter_that_frees_first_
     run(scenario())
 
 
+def test_an_adapter_passed_over_max_passed_times_is_next_however_short_its_wait():
+    """The clock stands still (no wait ever reaches the bound in seconds): adapter 2 waits
+    with one request while later adapters with two each take the freed slot. After
+    MAX_PASSED of them, 2 takes the next slot although a newer crowd is bigger."""
+    from apps.serving.cache import gate as gate_module
+
+    async def scenario():
+        gate = DeviceGate(lambda: 1, clock=lambda: 0.0)
+        await gate.enter(1, pinned=False)
+        lonely = asyncio.ensure_future(gate.enter(2, pinned=False))
+        await asyncio.sleep(0)
+        holder, holding = 1, 1
+        for crowd_id in range(3, 4 + gate_module.MAX_PASSED):
+            crowd = [asyncio.ensure_future(gate.enter(crowd_id, pinned=False)) for _ in range(2)]
+            await asyncio.sleep(0)
+            for _ in range(holding):
+                gate.leave(holder)
+            if crowd_id < 3 + gate_module.MAX_PASSED:
+                await asyncio.wait_for(asyncio.gather(*crowd), timeout=1)
+                assert not lonely.done(), f"passed over {crowd_id - 2} times, not yet due"
+                holder, holding = crowd_id, 2
+            else:
+                await asyncio.wait_for(lonely, timeout=1)
+                assert gate.active() == {2} and not any(c.done() for c in crowd)
+
+    run(scenario())
+
+
 def test_the_starvation_bound_follows_how_long_requests_take_in_the_engine(monkeypatch):
     """On a slow engine (each request 1 s in the engine, longer than the 0.5 s floor) an
     adapter becomes starving only after twice that: at 1.5 s of waiting, newcomers for the
