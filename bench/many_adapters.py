@@ -94,6 +94,7 @@ PROBE_PLUGIN = "bench_load_probe"
 
 PROBE_MODULE = '''
 """Counts and times adapter loads inside vLLM's worker (bench/many_adapters.py)."""
+import json
 import os
 import time
 
@@ -143,8 +144,24 @@ def register():
                         totals[1] += scheduled
                 with open(path, "w") as fh:  # a snapshot, read between points
                     fh.write(f"{totals[0]} {totals[1]} {totals[2]:.3f}")
+                if counts and scheduled:
+                    engine_counts(started)
 
         return call
+
+    def engine_counts(started):
+        """lorahub's engine probe (``apps/serving/node/engine_probe.py``, in the LoRA fix's
+        plugin every server loads): a snapshot of its counts, and the ms of each step that
+        carried a load."""
+        try:
+            from apps.serving.node import engine_probe
+        except ImportError:
+            return
+        if engine_probe._state.get("step_loaded"):
+            with open(os.path.join(out, f"{os.getpid()}.loadsteps"), "a") as fh:
+                fh.write(f"{(time.perf_counter() - started) * 1000:.3f}\n")
+        with open(os.path.join(out, f"{os.getpid()}.engine"), "w") as fh:
+            json.dump(engine_probe.counts(), fh)
 
     runner.execute_model = timed(runner.execute_model, True)
     if hasattr(runner, "sample_tokens"):

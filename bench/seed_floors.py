@@ -12,7 +12,8 @@ seed-scale figure is read against (issue 53).
   ``add_lora``), with ``--engine``: the engine starts on the seed base (tens of seconds). And
   what an add does to requests already generating: the longest gap between a running
   stream's tokens while an add is under way, against the median gap (the seed's
-  "synchronous on the primary thread").
+  "synchronous on the primary thread"); and the same while a request for an adapter not yet
+  in the engine runs, its first step loading it (the node's way, ``CacheManager.board``).
 
 Needs the profile: ``manage.py build_demo_assets --profile seed``. Needs root (``ip netns``).
 
@@ -106,6 +107,21 @@ async def _add(llm, request, arrivals: list[float], adding: list[float]) -> None
     adding.append(time.perf_counter())
 
 
+async def _load_in_step(llm, request, arrivals: list[float], adding: list[float]) -> None:
+    """The node's way (``CacheManager.board``): no add; a request for the adapter, whose
+    first step loads it. Timed from its send to its end (one token)."""
+    from vllm import SamplingParams
+
+    while len(arrivals) < 40:
+        await asyncio.sleep(0.005)
+    adding.append(time.perf_counter())
+    params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
+    name = f"cold-{request.lora_int_id}"
+    async for _ in llm.generate("a cold one", params, name, lora_request=request):
+        pass
+    adding.append(time.perf_counter())
+
+
 async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]:
     from vllm import AsyncEngineArgs
     from vllm.lora.request import LoRARequest
@@ -120,25 +136,30 @@ async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]
     )  # fmt: skip
     llm = AsyncLLM.from_engine_args(args)
     try:
-        per_mb, stalls, gaps = [], [], []
+        per_mb, stalls, gaps, in_step = [], [], [], []
         for i, folder in enumerate(folders, start=1):
             mb = sum(p.stat().st_size for p in folder.iterdir()) / (1 << 20)
             read_folder(folder)  # warm: what is timed is the engine's own add
-            arrivals: list[float] = []
-            adding: list[float] = []
-            request = LoRARequest(folder.name, i, str(folder))
-            await asyncio.gather(
-                _stream(llm, f"s{i}", arrivals), _add(llm, request, arrivals, adding)
-            )
-            per_mb.append((adding[1] - adding[0]) * 1000 / mb)
-            pairs = list(itertools.pairwise(arrivals))
-            gaps.append(statistics.median((b - a) * 1000 for a, b in pairs))
-            during = [(b - a) * 1000 for a, b in pairs if b >= adding[0] and a <= adding[1]]
-            stalls.append(max(during, default=0.0))
+            for way, into, lora_id in ((_add, stalls, i), (_load_in_step, in_step, 1000 + i)):
+                arrivals: list[float] = []
+                adding: list[float] = []
+                request = LoRARequest(f"{folder.name}-{lora_id}", lora_id, str(folder))
+                await asyncio.gather(
+                    _stream(llm, f"s{lora_id}", arrivals), way(llm, request, arrivals, adding)
+                )
+                pairs = list(itertools.pairwise(arrivals))
+                during = [(b - a) * 1000 for a, b in pairs if b >= adding[0] and a <= adding[1]]
+                into.append(max(during, default=0.0))
+                if way is _add:
+                    per_mb.append((adding[1] - adding[0]) * 1000 / mb)
+                    gaps.append(statistics.median((b - a) * 1000 for a, b in pairs))
+                await llm.remove_lora(i)
+                await llm.remove_lora(1000 + i)
         return {
             "add ms per MB": statistics.median(per_mb),
             "step ms": statistics.median(gaps),
             "longest step during an add ms": statistics.median(stalls),
+            "longest step while a request's step loads it ms": statistics.median(in_step),
         }
     finally:
         llm.shutdown()

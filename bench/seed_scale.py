@@ -74,7 +74,7 @@ from bench.load_mix import cell, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct  # noqa: E402
 
 SEED_DIR = ROOT / "var" / "seed"
-SERVERS = ("node", "stock-disk", "stock-s3", "stock-disk-b")
+SERVERS = ("node", "node-prefetch", "stock-disk", "stock-s3", "stock-disk-b")
 CONCURRENCY = (8, 32)
 # Tiny requests: vLLM's CPU LoRA path (punica's torch ops) gathers a copy of the adapter's
 # weights for every token it computes (``lora_a_weights[indices]``: 36-71 MB per token here),
@@ -113,6 +113,48 @@ class Server:
                 out.append(Load(name, float(began), float(ms)))
         return out
 
+    def engine(self) -> dict:
+        """What lorahub's engine probe counted in this server's worker so far (every server
+        loads it with the LoRA fix's plugin: ``apps/serving/node/engine_probe.py``)."""
+        total: dict = {"boundaries": {}}
+        for path in self.load_dir.glob("*.engine"):
+            for _ in range(50):  # a snapshot being rewritten reads empty: read it again
+                try:
+                    counts = json.loads(path.read_text())
+                    break
+                except ValueError:
+                    time.sleep(0.002)
+            else:
+                continue
+            for key, value in counts.items():
+                if key == "boundaries":
+                    for n, loads in value.items():
+                        total["boundaries"][n] = total["boundaries"].get(n, 0) + loads
+                else:
+                    total[key] = total.get(key, 0) + value
+        return total
+
+    def load_steps(self) -> list[float]:
+        """The ms of every engine step that carried an adapter load."""
+        return [
+            float(line)
+            for path in self.load_dir.glob("*.loadsteps")
+            for line in path.read_text().split()
+        ]
+
+    def waited_on_release(self) -> int | None:
+        """The node's loads that found every version in the engine held (stock: None)."""
+        if not self.name.startswith("node"):
+            return None
+        import httpx
+        from django.conf import settings
+
+        token = settings.LORAHUB_INTERNAL_TOKEN
+        state = httpx.get(
+            f"{self.url}/internal/cache", headers={"Authorization": f"Bearer {token}"}
+        ).json()
+        return int(state["loads_waited_on_release"])
+
     def metric(self, name: str, **labels: str) -> float:
         """The node's samples called ``name`` with these labels, summed."""
         import httpx
@@ -130,7 +172,7 @@ class Server:
 
     def s3(self) -> tuple[int, int]:
         """(downloads, bytes) from S3 so far."""
-        if self.name == "node":
+        if self.name.startswith("node"):
             return (
                 int(self.metric("adapter_load_latency_ms_count", source_tier="L4")),
                 int(self.metric("adapter_fetched_bytes_total")),
@@ -150,6 +192,20 @@ class Point:
     loads: int = 0
     s3_downloads: int = 0
     s3_bytes: int = 0
+    # inside the engine (lorahub's engine probe, the same on every server)
+    boundaries: dict = field(default_factory=dict)  # loads by the boundaries they cost
+    engine_loads: int = 0
+    activations_outside: int = 0  # device-slot copies no scheduled request asked for
+    load_steps: list[float] = field(default_factory=list)  # ms of steps that carried a load
+    step_ms: float = 0.0  # the mean step
+    waited_on_release: int | None = None  # node: loads that waited for a request to end
+
+    def boundaries_per_load(self) -> float:
+        n = sum(self.boundaries.values())
+        return sum(int(k) * v for k, v in self.boundaries.items()) / n if n else float("nan")
+
+    def extra_per_load(self) -> float:
+        return self.activations_outside / self.engine_loads if self.engine_loads else 0.0
 
     def p(self, q: float, which: bool | None = None) -> float:
         xs = [t for t, c in zip(self.ttft, self.cold, strict=True) if which is None or c == which]
@@ -265,13 +321,18 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
         load_dir.mkdir()
         log = (work / f"{name}.log").open("wb")
         downloads = None
-        if name == "node":
+        if name.startswith("node"):
             run_env = {
                 **env,
                 "BENCH_LOAD_DIR": str(load_dir),
                 "PYTHONPATH": paths,
                 "LORAHUB_INTERNAL_TOKEN": settings.LORAHUB_INTERNAL_TOKEN,
+                "LORAHUB_NODE_PREFETCH_RISING": "1" if name == "node-prefetch" else "0",
             }
+            if name != "node":  # a second node: its own name in the registry, its own disk
+                run_env.update(
+                    LORAHUB_NODE_NAME=name, LORAHUB_NODE_CACHE_DIR=str(work / f"{name}-cache")
+                )
             argv = [sys.executable, "manage.py", "runnode", "--port", str(port)]
         else:
             run_env = {k: v for k, v in os.environ.items() if not k.startswith("LORAHUB_")}
@@ -301,7 +362,7 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         servers[name] = Server(
-            name, url, key if name == "node" else "none", proc, load_dir, downloads
+            name, url, key if name.startswith("node") else "none", proc, load_dir, downloads
         )
     return engine, servers
 
@@ -328,7 +389,7 @@ def ready(server: Server, timeout_s: float = 1200) -> None:
     cores take minutes."""
     import httpx
 
-    path = "/healthz" if server.name == "node" else "/health"
+    path = "/healthz" if server.name.startswith("node") else "/health"
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -400,12 +461,30 @@ def loaded_for(model: str, load_name: str) -> bool:
 
 def measure(server: Server, models: list[str], prompts: list[str], concurrency: int) -> Point:
     before, s3_before = len(server.loads()), server.s3()
+    engine_before, steps_before = server.engine(), len(server.load_steps())
+    waited_before = server.waited_on_release()
     done, errors, wall = asyncio.run(_drive(server, models, prompts, concurrency))
     time.sleep(0.2)  # the probe's last lines
     loads = server.loads()
     s3_after = server.s3()
     point = Point(rps=len(done) / wall, errors=errors)
     point.loads = len(loads) - before
+    engine_after = server.engine()
+
+    def grew(key: str) -> float:
+        return engine_after.get(key, 0) - engine_before.get(key, 0)
+
+    point.boundaries = {
+        n: v - engine_before["boundaries"].get(n, 0)
+        for n, v in engine_after["boundaries"].items()
+        if v - engine_before["boundaries"].get(n, 0)
+    }
+    point.engine_loads = int(grew("loads_in_step") + grew("loads_between_steps"))
+    point.activations_outside = int(grew("activations_outside_steps"))
+    point.load_steps = server.load_steps()[steps_before:]
+    point.step_ms = grew("step_ms") / grew("steps") if grew("steps") else float("nan")
+    if waited_before is not None:
+        point.waited_on_release = (server.waited_on_release() or 0) - waited_before
     point.s3_downloads, point.s3_bytes = (a - b for a, b in zip(s3_after, s3_before, strict=True))
     for model, sent, ttft in done:
         end = sent + ttft / 1000
@@ -422,7 +501,10 @@ def say(rep: int, c: int, label: str, point: Point) -> None:
         f"rep {rep + 1} C={c:<3} {label:<12} {point.rps:5.1f} req/s TTFT p95 "
         f"{point.p(0.95):7.0f} ms (hot {point.p(0.95, False):6.0f}, cold "
         f"{point.p(0.95, True):6.0f} over {sum(point.cold)}), {point.loads} loads, "
-        f"{point.s3_downloads} from S3 ({point.s3_bytes / 2**20:,.0f} MB)"
+        f"{point.s3_downloads} from S3 ({point.s3_bytes / 2**20:,.0f} MB); "
+        f"{point.boundaries_per_load():.2f} boundaries per load, "
+        f"{point.extra_per_load():.2f} extra activations per load"
+        + (f", {point.waited_on_release} waited on a release" if label.startswith("node") else "")
         + (f"  {point.errors} errors" if point.errors else ""),
         flush=True,
     )
@@ -450,8 +532,12 @@ def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int])
                         point = measure(servers[name], sequence, prompts, c)
                         results["c"].setdefault((c, label), []).append(point)
                         say(rep, c, label, point)
+        from apps.telemetry.models import RequestLog
         from bench.many_adapters import replay_agreement
 
+        time.sleep(3)  # the nodes' statistics writers flush every second
+        # the replay is of the node with the default settings: the prefetching one's log goes
+        RequestLog.objects.filter(node="node-prefetch").delete()
         results["replay"] = replay_agreement(warm_disk=False)
     if args.only != "c":
         ranked = ranking(models, names)
@@ -462,7 +548,7 @@ def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int])
                 server = servers[name]
                 start = (rep * len(SERVERS) + SERVERS.index(name)) * per_phase % len(tail)
                 cold = [m for m in (tail * 2)[start : start + per_phase] if m not in hot]
-                if name == "node":
+                if name.startswith("node"):
                     evict_from_engine(server, [ids.get(m) for m in cold])  # type: ignore[arg-type]
                 phases = ("quiet", "cold") if rep % 2 == 0 else ("cold", "quiet")
                 for phase in phases:
@@ -516,22 +602,74 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
                 med(p.per_1k(p.s3_bytes / 2**20) for p in points),
             ]
             print(f"{c:>10}{name:>14}" + "".join(f"{v:>10.1f}" for v in row))
+        print(
+            "\nInside the engine (lorahub's engine probe in vLLM's worker, the same plugin on "
+            "every server; medians of the repetitions)\n"
+        )
+        head = ("C", "server", "bnd/load", "extra act", "load steps", "p50 ms", "max ms",
+                "step ms", "waited rel")  # fmt: skip
+        print("".join(f"{h:>11}" if i != 1 else f"{h:>14}" for i, h in enumerate(head)))
+        for (c, name), points in sorted(
+            results["c"].items(), key=lambda kv: (kv[0][0], (*SERVERS, "ceiling").index(kv[0][1]))
+        ):
+            steps = [x for p in points for x in p.load_steps]
+            waited = [p.waited_on_release for p in points if p.waited_on_release is not None]
+            row = [
+                med(p.boundaries_per_load() for p in points),
+                med(p.extra_per_load() for p in points),
+                med(len(p.load_steps) for p in points),
+                pct(steps, 0.5) if steps else float("nan"),
+                max(steps, default=float("nan")),
+                med(p.step_ms for p in points),
+            ]
+            print(
+                f"{c:>11}{name:>14}"
+                + "".join(f"{v:>11.2f}" for v in row[:2])
+                + "".join(f"{v:>11.0f}" for v in row[2:])
+                + (f"{sum(waited) / max(sum(p.engine_loads for p in points), 1):>10.1%}"
+                   if waited else f"{'-':>11}")
+            )  # fmt: skip
+        print(
+            "\nbnd/load: step boundaries from a load's start to the first step of a request "
+            "for it, counting that one (1: the step that runs the request loads it); extra "
+            "act: device-slot activations outside a step per engine load; load steps: steps "
+            "that carried a load, their p50 and max ms beside the mean step; waited rel: the "
+            "node's engine loads that waited for a request to end before they could make room"
+        )
         print("\nper repetition | median (TTFT p95 and S3 bytes: lower is better)\n")
-        print(f"{'C':>4}  {'node / stock-disk p95':<28}{'node / stock-s3 p95':<28}"
+        print(f"{'C':>4}  {'node / stock-disk p95':<28}{'node-prefetch / stock-disk':<28}"
+              f"{'node / stock-s3 p95':<28}"
               f"{'A/A stock-disk-b / stock-disk p95':<36}{'ceiling / stock-disk p95':<28}"
               "node / stock-s3 S3 bytes")  # fmt: skip
         for c in CONCURRENCY:
             pts = {name: results["c"][(c, name)] for name in (*SERVERS, "ceiling")}
 
-            def r(a: str, b: str, pts: dict = pts) -> list[float]:
-                return [x.p(0.95) / y.p(0.95) for x, y in zip(pts[a], pts[b], strict=True)]
+            def r(a: str, b: str, pts: dict = pts, q: float = 0.95, cold=None) -> list[float]:
+                return [x.p(q, cold) / y.p(q, cold) for x, y in zip(pts[a], pts[b], strict=True)]
 
             total_bytes = [sum(p.s3_bytes for p in pts[n]) for n in ("node", "stock-s3")]
             print(
-                f"{c:>4}  {cell(r('node', 'stock-disk')):<28}{cell(r('node', 'stock-s3')):<28}"
+                f"{c:>4}  {cell(r('node', 'stock-disk')):<28}"
+                f"{cell(r('node-prefetch', 'stock-disk')):<28}{cell(r('node', 'stock-s3')):<28}"
                 f"{cell(r('stock-disk-b', 'stock-disk')):<36}"
                 f"{cell(r('ceiling', 'stock-disk')):<28}"
                 f"{total_bytes[0] / max(total_bytes[1], 1):.2f}"
+            )
+        print("\ncold requests' TTFT p50, per repetition | median (lower is better)\n")
+        print(f"{'C':>4}  {'node / stock-disk':<28}{'node-prefetch / stock-disk':<28}"
+              f"{'A/A stock-disk-b / stock-disk':<36}")  # fmt: skip
+        for c in CONCURRENCY:
+            pts = {name: results["c"][(c, name)] for name in SERVERS}
+
+            def cold50(a: str, b: str, pts: dict = pts) -> list[float]:
+                return [
+                    x.p(0.5, True) / y.p(0.5, True) for x, y in zip(pts[a], pts[b], strict=True)
+                ]
+
+            print(
+                f"{c:>4}  {cell(cold50('node', 'stock-disk')):<28}"
+                f"{cell(cold50('node-prefetch', 'stock-disk')):<28}"
+                f"{cell(cold50('stock-disk-b', 'stock-disk')):<36}"
             )
     if results["cold"]:
         print("\nCold loads under hot traffic: hot TTFT p95 (ms) per repetition | median\n")

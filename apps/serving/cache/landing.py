@@ -96,6 +96,25 @@ class Landing:
         with record.landing:
             return self._land(resolved, record)
 
+    def checked_now(self, resolved: ResolvedVersion) -> OnDiskNow | None:
+        """The L3 copy, if its seal's stat check passes now (no hashing, no thread: well
+        under a millisecond, so no deadline needs to cover it); None if that cannot be said
+        at once — no copy, another landing or check under way, or a failure, which ``land``
+        then handles."""
+        record = self._record(resolved)
+        if record.folder is None or not record.landing.acquire(blocking=False):
+            return None
+        try:
+            started = self.timer()
+            self.disk.check(resolved, hash_bytes=False)
+            timings = {"check_ms": (self.timer() - started) * 1000}
+            self._note_on_disk(resolved, record)
+            return OnDiskNow("L3", timings)
+        except IntegrityFailure:
+            return None
+        finally:
+            record.landing.release()
+
     def _land(self, resolved: ResolvedVersion, record: CachedVersion) -> OnDiskNow:
         timings: dict[str, float] = {}
         if self.disk.has(resolved):

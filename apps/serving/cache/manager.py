@@ -163,6 +163,7 @@ class CacheManager:
         # engine loads by the step boundaries they cost before their request could run: 1
         # for a request's own load (``board``), 2 for an explicit add (``activate``)
         self.boundaries: dict[int, int] = {}
+        self.waited_on_release = 0  # loads that found everything in the engine held
 
     # --- configuration ---------------------------------------------------------------------
 
@@ -300,8 +301,13 @@ class CacheManager:
             if tier is not None:
                 record.waiting += 1
                 return Placed(handle, tier, 0.0)
-            left = None if deadline_s is None else deadline_s - (self.clock() - started)
             task, starter = record.loading, False
+            if task is None and not self.limits.verify_checksum:
+                found = self.landing.checked_now(resolved)  # on disk: no queue, no deadline
+                if found is not None:
+                    record.waiting += 1
+                    return Placed(handle, found.found_in, 0.0, found.timings)
+            left = None if deadline_s is None else deadline_s - (self.clock() - started)
             if task is None:
                 if self.loads.full():
                     if not wait_for_room:
@@ -473,6 +479,7 @@ class CacheManager:
         them so, wait until a request lets go. The victims are out of the books on return;
         the engine calls that take them out are returned, for the caller to send."""
         removals: list[Coroutine[Any, Any, bool]] = []
+        waited = False
         while True:
             victims = self.book.engine_victims(
                 owner,
@@ -486,6 +493,9 @@ class CacheManager:
                 # of the books goes out of the engine before the wait, not after it
                 await asyncio.gather(*removals)
                 removals.clear()
+                if not waited:
+                    waited = True
+                    self.waited_on_release += 1
                 await self.tiers.wait_for_release()
                 continue
             if not victims:

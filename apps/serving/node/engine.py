@@ -303,6 +303,12 @@ class Engine:
     async def list_adapters(self) -> set[int]:
         return set(await self._require().list_loras())
 
+    async def adapter_counts(self) -> dict[str, Any]:
+        """What the engine did with adapters, counted in its worker (``engine_probe.py``):
+        loads in and between steps, the boundaries each cost its request, activations."""
+        answers = await self._require().collective_rpc("lorahub_adapter_counts")
+        return answers[0] if answers else {}
+
     # --- the OpenAI API, through vLLM's serving layer ----------------------------------------
 
     async def openai_request(self, *, chat: bool, body: dict[str, Any]) -> Any:

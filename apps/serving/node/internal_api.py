@@ -10,6 +10,7 @@ signature, base revision) before anything is fetched or loaded.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
 from starlette.requests import Request
@@ -308,8 +309,15 @@ class InternalApi:
             return self._error(exc)
         cache, engine = self.cache, self.engine.settings
         limits = cache.limits
+        counted: dict[str, Any] = {}
+        if request.query_params.get("engine") == "1" and self.engine.is_ready:
+            # a utility call, answered between two of the engine's steps: only when asked
+            counted = {"engine": await self.engine.adapter_counts()}
         return _json(
             {
+                **counted,
+                "load_boundaries": {str(k): v for k, v in sorted(cache.boundaries.items())},
+                "loads_waited_on_release": cache.waited_on_release,
                 "policy": cache.policy.name,
                 "policy_state": cache.policy.describe(),
                 "limits": {

