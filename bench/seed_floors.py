@@ -107,18 +107,32 @@ async def _add(llm, request, arrivals: list[float], adding: list[float]) -> None
     adding.append(time.perf_counter())
 
 
-async def _load_in_step(llm, request, arrivals: list[float], adding: list[float]) -> None:
-    """The node's way (``CacheManager.board``): no add; a request for the adapter, whose
-    first step loads it. Timed from its send to its end (one token)."""
+async def _cold_request(llm, request) -> None:
     from vllm import SamplingParams
 
-    while len(arrivals) < 40:
-        await asyncio.sleep(0.005)
-    adding.append(time.perf_counter())
     params = SamplingParams(max_tokens=1, temperature=0, ignore_eos=True)
     name = f"cold-{request.lora_int_id}"
     async for _ in llm.generate("a cold one", params, name, lora_request=request):
         pass
+
+
+async def _add_then_request(llm, request, arrivals: list[float], adding: list[float]) -> None:
+    """The node's way before: ``add_lora``, awaited, then the request (one token)."""
+    while len(arrivals) < 40:
+        await asyncio.sleep(0.005)
+    adding.append(time.perf_counter())
+    await llm.add_lora(request)
+    await _cold_request(llm, request)
+    adding.append(time.perf_counter())
+
+
+async def _load_in_step(llm, request, arrivals: list[float], adding: list[float]) -> None:
+    """The node's way now (``CacheManager.board``): no add; the request's first step loads
+    the adapter."""
+    while len(arrivals) < 40:
+        await asyncio.sleep(0.005)
+    adding.append(time.perf_counter())
+    await _cold_request(llm, request)
     adding.append(time.perf_counter())
 
 
@@ -136,11 +150,13 @@ async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]
     )  # fmt: skip
     llm = AsyncLLM.from_engine_args(args)
     try:
-        per_mb, stalls, gaps, in_step = [], [], [], []
+        per_mb, stalls, gaps = [], [], []
+        ways = {_add_then_request: ([], []), _load_in_step: ([], [])}  # longest step, cold ms
         for i, folder in enumerate(folders, start=1):
             mb = sum(p.stat().st_size for p in folder.iterdir()) / (1 << 20)
             read_folder(folder)  # warm: what is timed is the engine's own add
-            for way, into, lora_id in ((_add, stalls, i), (_load_in_step, in_step, 1000 + i)):
+            three = ((_add, i), (_add_then_request, 1000 + i), (_load_in_step, 2000 + i))
+            for way, lora_id in three:
                 arrivals: list[float] = []
                 adding: list[float] = []
                 request = LoRARequest(f"{folder.name}-{lora_id}", lora_id, str(folder))
@@ -149,17 +165,22 @@ async def _engine_floors(folders: list[Path], max_rank: int) -> dict[str, float]
                 )
                 pairs = list(itertools.pairwise(arrivals))
                 during = [(b - a) * 1000 for a, b in pairs if b >= adding[0] and a <= adding[1]]
-                into.append(max(during, default=0.0))
                 if way is _add:
                     per_mb.append((adding[1] - adding[0]) * 1000 / mb)
                     gaps.append(statistics.median((b - a) * 1000 for a, b in pairs))
-                await llm.remove_lora(i)
-                await llm.remove_lora(1000 + i)
+                    stalls.append(max(during, default=0.0))
+                else:
+                    ways[way][0].append(max(during, default=0.0))
+                    ways[way][1].append((adding[1] - adding[0]) * 1000)
+                await llm.remove_lora(lora_id)
         return {
             "add ms per MB": statistics.median(per_mb),
             "step ms": statistics.median(gaps),
             "longest step during an add ms": statistics.median(stalls),
-            "longest step while a request's step loads it ms": statistics.median(in_step),
+            "add, then a cold request: its ms": statistics.median(ways[_add_then_request][1]),
+            "longest step meanwhile ms": statistics.median(ways[_add_then_request][0]),
+            "a cold request loaded by its step: its ms": statistics.median(ways[_load_in_step][1]),
+            "longest step then ms": statistics.median(ways[_load_in_step][0]),
         }
     finally:
         llm.shutdown()

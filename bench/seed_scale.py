@@ -5,10 +5,13 @@ and 200 adapters of rank 64-128 on every projection, 36-71 MB each. The registry
 store is S3 with the seeds' costs (``tests/harness/shaped_s3.py``: moto in a network namespace
 of its own, its link shaped with ``tc … tbf``, a first-byte delay per request; the floors it
 achieved are printed first). Four servers run for the whole benchmark, measured one at a
-time, the order rotated per repetition (each goes first once in four):
+time, the order rotated per repetition:
 
 - **node**: lorahub, every adapter published through the registry (uploaded, validated,
   signed, approved, aliased) and **not** landed: its first use of each comes from S3 (L4);
+  prefetch from rising demand off (the default);
+- **node-prefetch**: a second node on the same registry with ``LORAHUB_NODE_PREFETCH_RISING=1``
+  and a disk of its own;
 - **stock-disk**: stock vLLM with its ``lora_filesystem_resolver`` over the same adapters on
   local disk (stock's best case: nothing to fetch);
 - **stock-s3**: stock vLLM with ``bench/s3_resolver.py``, a resolver plugin that downloads an
@@ -16,8 +19,15 @@ time, the order rotated per repetition (each goes first once in four):
   copy on local disk for good (what a vLLM user with adapters in S3 writes);
 - **stock-disk-b**: stock-disk again, the A/A noise floor.
 
-Same engine for all four: the seed base, max_loras 4, max_cpu_loras 16, rank cap 128,
-float32, 256 MiB of KV space, the node's max_num_seqs and step budget.
+Same engine for all five: the seed base, max_loras 4, max_cpu_loras 16, rank cap 128,
+float32, 256 MiB of KV space, the node's max_num_seqs and step budget, and the same engine
+plugin (``lorahub_lora_fix``: the negative-index fix, adds that take no device slot, and the
+engine probe) on every server.
+
+**Inside the engine** (the probe, ``apps/serving/node/engine_probe.py``): per point, the step
+boundaries each engine load cost its request (1: loaded by the step that runs it), device-slot
+activations outside a step per load, the steps that carried a load (p50 and max ms beside the
+mean step), and for the nodes the loads that waited for a request to end before making room.
 
 **Load**: the Azure conversation trace mapped to the N aliases by Zipf(1.0) with 20 % of the
 ranking reshuffled every 10 trace minutes (``many_adapters.workload``), ``--requests``

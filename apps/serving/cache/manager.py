@@ -15,8 +15,16 @@ its whole state (``versions.py``), the engine tiers L1/L2 and the device-slot ga
 vLLM's own LRU never decides: before an add would overflow the host cache, the policy's
 victim is removed first.
 
+A request's placement is two verbs (the request path's step 4): ``prepare`` at arrival (its
+version in the engine already, or its L3 copy landed and checked — nothing held), then, once
+it has a seat and a device slot, ``board`` right before it is sent to vLLM: from there its
+version is *protected* while the request is inside the engine; before, a waiting request only
+counts toward keeping it (the last choice of victim). A cold load costs one step boundary:
+``board`` sends the victims' removals, the request follows with no await between, and the
+step that schedules it loads the adapter; the node never awaits an add and then sends.
+
 The tier moves, one verb each: ``land`` (L4 to L3: fetch, verify, seal), ``activate`` (into
-the engine, from whatever tier holds it: what a request asks for), ``pin`` (into L1),
+the engine now, from whatever tier holds it: pins, prewarm, prefetch), ``pin`` (into L1),
 ``evict`` (out of a tier and those above it), ``unload`` (out of the engine, for the callers
 above that checked ``in_use``), ``drain`` (empty the engine and, optionally, the disk). The
 engine is anything with the ``EngineSlots`` protocol (``engine_slots.py``).
