@@ -159,7 +159,7 @@ def register():
             return
         if engine_probe._state.get("step_loaded"):
             with open(os.path.join(out, f"{os.getpid()}.loadsteps"), "a") as fh:
-                fh.write(f"{(time.perf_counter() - started) * 1000:.3f}\n")
+                fh.write(f"{(time.perf_counter() - started) * 1000:.3f}\\n")
         with open(os.path.join(out, f"{os.getpid()}.engine"), "w") as fh:
             json.dump(engine_probe.counts(), fh)
 

@@ -546,6 +546,12 @@ def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int])
         from bench.many_adapters import replay_agreement
 
         time.sleep(3)  # the nodes' statistics writers flush every second
+        # the node's L3 loads: their only timed work before the engine is the seal check
+        results["l3_checks"] = list(
+            RequestLog.objects.filter(tier="L3", load_work_ms__isnull=False)
+            .exclude(node="node-prefetch")
+            .values_list("load_work_ms", flat=True)
+        )
         # the replay is of the node with the default settings: the prefetching one's log goes
         RequestLog.objects.filter(node="node-prefetch").delete()
         results["replay"] = replay_agreement(warm_disk=False)
@@ -681,6 +687,13 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
                 f"{cell(cold50('node-prefetch', 'stock-disk')):<28}"
                 f"{cell(cold50('stock-disk-b', 'stock-disk')):<36}"
             )
+    if results.get("l3_checks"):
+        checks = results["l3_checks"]
+        print(
+            f"\nThe node's check of an L3 copy before a load (stat against the seal it holds; "
+            f"{len(checks)} loads): p50 {pct(checks, 0.5):.3f} ms, p99 {pct(checks, 0.99):.3f} "
+            f"ms, max {max(checks):.3f} ms"
+        )
     if results["cold"]:
         print("\nCold loads under hot traffic: hot TTFT p95 (ms) per repetition | median\n")
         print(f"{'server':<14}{'quiet':<28}{'with cold loads':<28}{'with / quiet':<26}cold p50")

@@ -229,6 +229,21 @@ class DiskTier:
                 raise IntegrityFailure(f"{resolved.label}: {name} does not match its seal")
         return folder
 
+    def read_ahead(self, resolved: ResolvedVersion) -> None:
+        """Ask the kernel to bring the folder's files into the page cache now, off the engine's
+        path (``POSIX_FADV_WILLNEED`` starts the reads and returns): the engine step that loads
+        the adapter then reads memory (``bench/seed_floors.py``: 7 ms warm against 20-27 ms
+        cold for a 44 MB adapter)."""
+        for name, _, _ in resolved.files:
+            try:
+                fd = os.open(self.folder(resolved) / name, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+
     def condemn(self, folder: Path, problem: str) -> None:
         """The folder failed its scrub while in use: its next check fails with ``problem``."""
         self._condemned[folder] = problem

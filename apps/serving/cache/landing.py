@@ -108,6 +108,7 @@ class Landing:
             started = self.timer()
             self.disk.check(resolved, hash_bytes=False)
             timings = {"check_ms": (self.timer() - started) * 1000}
+            self.disk.read_ahead(resolved)
             self._note_on_disk(resolved, record)
             return OnDiskNow("L3", timings)
         except IntegrityFailure:
@@ -122,6 +123,7 @@ class Landing:
             try:
                 self.disk.check(resolved, hash_bytes=self.limits().verify_checksum)
                 timings["check_ms"] = (self.timer() - started) * 1000
+                self.disk.read_ahead(resolved)
                 self._note_on_disk(resolved, record)
                 return OnDiskNow("L3", timings)
             except IntegrityFailure as exc:

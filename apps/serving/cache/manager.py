@@ -410,11 +410,12 @@ class CacheManager:
     async def _send(self, removals: list[Coroutine[Any, Any, bool]]) -> None:
         """Send the engine calls now (each is on the engine core's queue on return, in
         order); their answers are awaited in the background."""
-        if not removals:
-            return
-        sent = [asyncio.ensure_future(removal) for removal in removals]
-        await asyncio.sleep(0)  # each call runs up to its send, which does not suspend
-        pending = asyncio.gather(*sent, return_exceptions=True)
+        if removals:
+            self._send_soon(removals)
+            await asyncio.sleep(0)  # each call runs up to its send, which does not suspend
+
+    def _send_soon(self, removals: list[Coroutine[Any, Any, bool]]) -> None:
+        pending = asyncio.gather(*removals, return_exceptions=True)
         pending.add_done_callback(_log_failures)
         self._removing.add(pending)
         pending.add_done_callback(self._removing.discard)
@@ -452,22 +453,25 @@ class CacheManager:
             async with self.loads.fetch_slots.slot(resolved.size_bytes):  # in another process
                 found = await offload.run(self.land, resolved)
         tier, timings = found.found_in, found.timings
-        async with self.loads.load_slots.slot(resolved.size_bytes):
-            removals = await self._make_room(owner, incoming=resolved.size_bytes)
-            # its place is counted from here until it is a resident (below), so that loads
-            # running beside it make room for it too
-            self._adding.append(resolved.size_bytes)
-            add_started = self.timer()
-            try:
+        # Room is made before the load takes a load slot, so that a slot never waits for a
+        # request to end; its place is counted from here until it is a resident (below), so
+        # that loads running beside it make room for it too.
+        removals = await self._make_room(owner, incoming=resolved.size_bytes)
+        self._adding.append(resolved.size_bytes)
+        try:
+            async with self.loads.load_slots.slot(resolved.size_bytes):
+                add_started = self.timer()
                 # The removals and the add go to the engine core together: it takes every
                 # queued call between two steps, in the order sent, so the victims leave
                 # before the newcomer arrives and the whole load waits for one step
-                # boundary, not one per call (bench/many_adapters.py: a load awaited call by
-                # call capped a node at C=32 at about two steps per cold adapter).
-                await asyncio.gather(*removals, self.engine.add_adapter(handle))
-            finally:
-                self._adding.remove(resolved.size_bytes)
-            timings["add_ms"] = (self.timer() - add_started) * 1000
+                # boundary, not one per call.
+                sending, removals = removals, []
+                await asyncio.gather(*sending, self.engine.add_adapter(handle))
+        finally:
+            self._adding.remove(resolved.size_bytes)
+            if removals:  # cancelled before its slot: the victims are out of the books
+                self._send_soon(removals)
+        timings["add_ms"] = (self.timer() - add_started) * 1000
         load_ms = (self.timer() - started) * 1000
         self.boundaries[2] = self.boundaries.get(2, 0) + 1
         self.book.admit(
