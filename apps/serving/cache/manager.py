@@ -223,6 +223,17 @@ class CacheManager:
     def loading(self) -> int:
         return len(self.loads)
 
+    def _use(
+        self, resolved: ResolvedVersion, owner: Owner | None
+    ) -> tuple[CachedVersion, Owner, AdapterHandle, float]:
+        """The start of every placement: the version's record, its owner (remembered with
+        its latest quotas), its engine handle, and the use counted (a learning policy counts
+        every one), with when."""
+        record = self._record(resolved)
+        owner = owner or Owner(tenant_id=resolved.tenant_id)
+        self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
+        return record, owner, self._handle(resolved), self.book.observe(record.version_id)
+
     async def activate(
         self,
         resolved: ResolvedVersion,
@@ -241,11 +252,7 @@ class CacheManager:
         until ``release`` is called: a request generating with it holds it (vLLM's engine
         core dies when an adapter is removed under a running request).
         """
-        record = self._record(resolved)
-        owner = owner or Owner(tenant_id=resolved.tenant_id)
-        self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
-        handle = self._handle(resolved)
-        started = self.book.observe(record.version_id)  # a learning policy counts every use
+        record, owner, handle, started = self._use(resolved, owner)
         placed: Placed | None = None
         starter = False
         while True:
@@ -258,27 +265,17 @@ class CacheManager:
                 if placed is not None:  # it was loaded for this request
                     return replace(placed, started=starter)
                 return Placed(handle, tier, 0.0)
-            left = None if deadline_s is None else deadline_s - (self.clock() - started)
-            task = record.loading
-            if task is None:
-                if self.loads.full():
-                    if not wait_for_room:
-                        raise LoadQueueFull(f"{self.loading()} versions are loading")
-                    await self._wait_for_room(left)
-                    continue
-                task = self.loads.start(record, self._load(resolved, record, owner, handle))
-                starter = True
-            if hold:
-                self.tiers.await_load(record, True)
-            try:
-                placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
-            except TimeoutError:
-                raise LoadDeadline(
-                    f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
-                ) from None
-            finally:
-                if hold:
-                    self.tiers.await_load(record, False)
+            joined = await self._join_load(
+                record,
+                lambda: self._load(resolved, record, owner, handle),
+                left=None if deadline_s is None else deadline_s - (self.clock() - started),
+                wait_for_room=wait_for_room,
+                awaiting=hold,
+                what=f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms",
+            )
+            if joined is not None:
+                placed, started_it = joined
+                starter = starter or started_it
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
 
@@ -297,11 +294,7 @@ class CacheManager:
         slot as one of the version's waiting requests (``record.waiting``: the version is the
         last choice of victim and keeps its disk copy) and ends its wait with ``board``, or,
         if it gives up, ``stop_waiting``."""
-        record = self._record(resolved)
-        owner = owner or Owner(tenant_id=resolved.tenant_id)
-        self._owners[resolved.tenant_id] = (resolved.tenant_slug, owner)
-        handle = self._handle(resolved)
-        started = self.book.observe(record.version_id)
+        record, owner, handle, started = self._use(resolved, owner)
         while True:
             if record.quarantined:
                 raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
@@ -309,31 +302,58 @@ class CacheManager:
             if tier is not None:
                 record.waiting += 1
                 return Placed(handle, tier, 0.0)
-            task, starter = record.loading, False
-            if task is None and not self.limits.verify_checksum:
+            if record.loading is None and not self.limits.verify_checksum:
                 found = self.landing.checked_now(resolved)  # on disk: no queue, no deadline
                 if found is not None:
                     record.waiting += 1
                     return Placed(handle, found.found_in, 0.0, found.timings)
-            left = None if deadline_s is None else deadline_s - (self.clock() - started)
-            if task is None:
-                if self.loads.full():
-                    if not wait_for_room:
-                        raise LoadQueueFull(f"{self.loading()} versions are loading")
-                    await self._wait_for_room(left)
-                    continue
-                task = self.loads.start(record, self._ready(resolved, record, handle))
-                starter = True
-            try:
-                placed = await asyncio.wait_for(asyncio.shield(task), timeout=left)
-            except TimeoutError:
-                raise LoadDeadline(
-                    f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms"
-                ) from None
+            joined = await self._join_load(
+                record,
+                lambda: self._ready(resolved, record, handle),
+                left=None if deadline_s is None else deadline_s - (self.clock() - started),
+                wait_for_room=wait_for_room,
+                what=f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms",
+            )
+            if joined is None:
+                continue
+            placed, starter = joined
             if record.engine is None and record.folder is not None:
                 record.waiting += 1  # no await since the copy was checked: it is still there
                 return replace(placed, started=starter)
             # an explicit load put it in the engine meanwhile, or its copy went: look again
+
+    async def _join_load(
+        self,
+        record: CachedVersion,
+        start: Callable[[], Coroutine[Any, Any, Placed]],
+        *,
+        left: float | None,
+        wait_for_room: bool,
+        what: str,
+        awaiting: bool = False,
+    ) -> tuple[Placed, bool] | None:
+        """Wait for the version's load under way, or start one (``start()``) if the load
+        queue has room, for at most ``left`` seconds: (what it placed, whether this call
+        started it). None after waiting for room in a full queue (the caller looks again);
+        ``LoadQueueFull`` if it may not wait, ``LoadDeadline`` (``what``) past ``left`` — the
+        load carries on. ``awaiting``: counted as a request that will hold the version."""
+        task, starter = record.loading, False
+        if task is None:
+            if self.loads.full():
+                if not wait_for_room:
+                    raise LoadQueueFull(f"{self.loading()} versions are loading")
+                await self._wait_for_room(left)
+                return None
+            task, starter = self.loads.start(record, start()), True
+        if awaiting:
+            self.tiers.await_load(record, True)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout=left), starter
+        except TimeoutError:
+            raise LoadDeadline(what) from None
+        finally:
+            if awaiting:
+                self.tiers.await_load(record, False)
 
     async def _ready(
         self, resolved: ResolvedVersion, record: CachedVersion, handle: AdapterHandle
