@@ -12,6 +12,8 @@ time, the order rotated per repetition:
   prefetch from rising demand off (the default);
 - **node-prefetch**: a second node on the same registry with ``LORAHUB_NODE_PREFETCH_RISING=1``
   and a disk of its own;
+- **node-time-bound**: a third, its device-slot gate bounding a waiting adapter in seconds
+  only (``LORAHUB_NODE_GATE_MAX_PASSED=0``);
 - **stock-disk**: stock vLLM with its ``lora_filesystem_resolver`` over the same adapters on
   local disk (stock's best case: nothing to fetch);
 - **stock-s3**: stock vLLM with ``bench/s3_resolver.py``, a resolver plugin that downloads an
@@ -19,7 +21,7 @@ time, the order rotated per repetition:
   copy on local disk for good (what a vLLM user with adapters in S3 writes);
 - **stock-disk-b**: stock-disk again, the A/A noise floor.
 
-Same engine for all five: the seed base, max_loras 4, max_cpu_loras 16, rank cap 128,
+Same engine for all six: the seed base, max_loras 4, max_cpu_loras 16, rank cap 128,
 float32, 256 MiB of KV space, the node's max_num_seqs and step budget, and the same engine
 plugin (``lorahub_lora_fix``: the negative-index fix, adds that take no device slot, and the
 engine probe) on every server.
@@ -84,7 +86,7 @@ from bench.load_mix import cell, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct  # noqa: E402
 
 SEED_DIR = ROOT / "var" / "seed"
-SERVERS = ("node", "node-prefetch", "stock-disk", "stock-s3", "stock-disk-b")
+SERVERS = ("node", "node-prefetch", "node-time-bound", "stock-disk", "stock-s3", "stock-disk-b")
 CONCURRENCY = (8, 32)
 # Tiny requests: vLLM's CPU LoRA path (punica's torch ops) gathers a copy of the adapter's
 # weights for every token it computes (``lora_a_weights[indices]``: 36-71 MB per token here),
@@ -338,6 +340,8 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
                 "PYTHONPATH": paths,
                 "LORAHUB_INTERNAL_TOKEN": settings.LORAHUB_INTERNAL_TOKEN,
                 "LORAHUB_NODE_PREFETCH_RISING": "1" if name == "node-prefetch" else "0",
+                # the gate's bound in seconds alone, beside the default's slot changes too
+                "LORAHUB_NODE_GATE_MAX_PASSED": "0" if name == "node-time-bound" else "4",
             }
             if name != "node":  # a second node: its own name in the registry, its own disk
                 run_env.update(
@@ -549,11 +553,11 @@ def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int])
         # the node's L3 loads: their only timed work before the engine is the seal check
         results["l3_checks"] = list(
             RequestLog.objects.filter(tier="L3", load_work_ms__isnull=False)
-            .exclude(node="node-prefetch")
+            .filter(node="node-1")
             .values_list("load_work_ms", flat=True)
         )
         # the replay is of the node with the default settings: the prefetching one's log goes
-        RequestLog.objects.filter(node="node-prefetch").delete()
+        RequestLog.objects.exclude(node="node-1").delete()
         results["replay"] = replay_agreement(warm_disk=False)
     if args.only != "c":
         ranked = ranking(models, names)
@@ -654,7 +658,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
         )
         print("\nper repetition | median (TTFT p95 and S3 bytes: lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk p95':<28}{'node-prefetch / stock-disk':<28}"
-              f"{'node / stock-s3 p95':<28}"
+              f"{'node-time-bound / stock-disk':<30}{'node / stock-s3 p95':<28}"
               f"{'A/A stock-disk-b / stock-disk p95':<36}{'ceiling / stock-disk p95':<28}"
               "node / stock-s3 S3 bytes")  # fmt: skip
         for c in CONCURRENCY:
@@ -666,13 +670,15 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             total_bytes = [sum(p.s3_bytes for p in pts[n]) for n in ("node", "stock-s3")]
             print(
                 f"{c:>4}  {cell(r('node', 'stock-disk')):<28}"
-                f"{cell(r('node-prefetch', 'stock-disk')):<28}{cell(r('node', 'stock-s3')):<28}"
+                f"{cell(r('node-prefetch', 'stock-disk')):<28}"
+                f"{cell(r('node-time-bound', 'stock-disk')):<30}{cell(r('node', 'stock-s3')):<28}"
                 f"{cell(r('stock-disk-b', 'stock-disk')):<36}"
                 f"{cell(r('ceiling', 'stock-disk')):<28}"
                 f"{total_bytes[0] / max(total_bytes[1], 1):.2f}"
             )
         print("\ncold requests' TTFT p50, per repetition | median (lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk':<28}{'node-prefetch / stock-disk':<28}"
+              f"{'node-time-bound / stock-disk':<30}"
               f"{'A/A stock-disk-b / stock-disk':<36}")  # fmt: skip
         for c in CONCURRENCY:
             pts = {name: results["c"][(c, name)] for name in SERVERS}
@@ -685,6 +691,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             print(
                 f"{c:>4}  {cell(cold50('node', 'stock-disk')):<28}"
                 f"{cell(cold50('node-prefetch', 'stock-disk')):<28}"
+                f"{cell(cold50('node-time-bound', 'stock-disk')):<30}"
                 f"{cell(cold50('stock-disk-b', 'stock-disk')):<36}"
             )
     if results.get("l3_checks"):

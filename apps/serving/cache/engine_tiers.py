@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from apps.registry.contracts import ResolvedVersion
 from apps.serving.cache.clock import Clock, monotonic
-from apps.serving.cache.gate import DeviceGate
+from apps.serving.cache.gate import MAX_PASSED, DeviceGate
 from apps.serving.cache.policies import Policy, Resident, rank, select_victims
 from apps.serving.cache.versions import CachedVersion
 
@@ -47,8 +47,15 @@ class Owner:
 
 
 class EngineTiers:
-    def __init__(self, slots: Callable[[], tuple[int, int]], *, clock: Clock = monotonic) -> None:
+    def __init__(
+        self,
+        slots: Callable[[], tuple[int, int]],
+        *,
+        clock: Clock = monotonic,
+        gate_max_passed: int = MAX_PASSED,
+    ) -> None:
         self.clock = clock
+        self.gate_max_passed = gate_max_passed
         self._slots = slots  # (max_loras, max_cpu_loras) of the engine, read live
         self.members: dict[int, CachedVersion] = {}  # in the engine (L1 + L2)
         self.pinned: dict[int, CachedVersion] = {}
@@ -61,6 +68,7 @@ class EngineTiers:
             lambda: self._slots()[0] - len(self.pinned) - self.pending_pins,
             early=lambda: not self.pinned and not self.pending_pins,
             clock=self.clock,
+            max_passed=self.gate_max_passed,
         )
 
     # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------

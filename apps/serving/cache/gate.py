@@ -43,7 +43,7 @@ STARVATION_S = 0.5  # the least an adapter may be kept waiting while others keep
 STARVATION_HOLDS = 4.0
 HOLD_EWMA = 0.05  # the weight of each finished request in that mean
 # ... or once this many free slots went to adapters that began waiting after it (as the load
-# queue's ``loads.MAX_PASSED``)
+# queue's ``loads.MAX_PASSED``; LORAHUB_NODE_GATE_MAX_PASSED, 0: the bound in seconds only)
 MAX_PASSED = 4
 
 
@@ -58,8 +58,10 @@ class DeviceGate:
         early: Callable[[], bool] = lambda: False,
         *,
         clock: Clock = monotonic,
+        max_passed: int = MAX_PASSED,
     ) -> None:
         self._clock = clock
+        self._max_passed = max_passed  # 0: the bound in seconds only
         self._slots = slots  # max_loras - len(pinned) - pins being set up, read live
         # whether a slot about to free may be handed on a step early (nothing pinned: then
         # vLLM's own scheduler counts every adapter it runs, see ``finishing``)
@@ -110,9 +112,8 @@ class DeviceGate:
     def _overdue(self, lora_id: int, now: float) -> bool:
         """Waited ``starvation_s()``, or passed over ``MAX_PASSED`` times."""
         queue = self._waiting[lora_id]
-        return (
-            now - queue[0][0] >= self.starvation_s() or self._passed.get(lora_id, 0) >= MAX_PASSED
-        )
+        passed = self._passed.get(lora_id, 0)
+        return now - queue[0][0] >= self.starvation_s() or 0 < self._max_passed <= passed
 
     def _leaving(self) -> set[int]:
         """Adapters whose every request in the engine is on its last token, when their slots

@@ -60,6 +60,7 @@ from apps.serving.cache.clock import timer as default_timer
 from apps.serving.cache.disk import DiskTier
 from apps.serving.cache.engine_slots import AdapterHandle, EngineSlots
 from apps.serving.cache.engine_tiers import Owner
+from apps.serving.cache.gate import MAX_PASSED
 from apps.serving.cache.landing import AdapterIntegrityError, Landing
 from apps.serving.cache.limits import Limits
 from apps.serving.cache.loads import LoadQueue
@@ -123,6 +124,7 @@ class CacheManager:
         on_load: Callable[..., None] | None = None,
         clock: Clock = monotonic,
         timer: Clock = default_timer,
+        gate_max_passed: int = MAX_PASSED,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -138,6 +140,7 @@ class CacheManager:
             slots=lambda: (self.engine.settings.max_loras, self.engine.settings.max_cpu_loras),
             policy=policy or make_policy("weighted"),
             clock=clock,
+            gate_max_passed=gate_max_passed,
         )
         self.landing = Landing(
             disk=self.disk,

@@ -145,6 +145,7 @@ class Node:
             on_integrity_failure=self.trust.integrity_failure,
             on_evict=count_eviction,
             on_load=metrics.loaded,
+            gate_max_passed=settings.LORAHUB_NODE_GATE_MAX_PASSED,
         )
         self.config.apply_to(cache)
         return cache

@@ -386,14 +386,17 @@ def test_a_starving_adapter_stops_the_newcomers_of_the_adapter_that_frees_first_
     run(scenario())
 
 
-def test_an_adapter_passed_over_max_passed_times_is_next_however_short_its_wait():
+@pytest.mark.parametrize("bounded", [True, False])
+def test_an_adapter_passed_over_max_passed_times_is_next_however_short_its_wait(bounded):
     """The clock stands still (no wait ever reaches the bound in seconds): adapter 2 waits
     with one request while later adapters with two each take the freed slot. After
-    MAX_PASSED of them, 2 takes the next slot although a newer crowd is bigger."""
+    MAX_PASSED of them, 2 takes the next slot although a newer crowd is bigger — unless the
+    bound is off (``max_passed=0``, LORAHUB_NODE_GATE_MAX_PASSED), when the crowd takes it."""
     from apps.serving.cache import gate as gate_module
 
     async def scenario():
-        gate = DeviceGate(lambda: 1, clock=lambda: 0.0)
+        passed = gate_module.MAX_PASSED if bounded else 0
+        gate = DeviceGate(lambda: 1, clock=lambda: 0.0, max_passed=passed)
         await gate.enter(1, pinned=False)
         lonely = asyncio.ensure_future(gate.enter(2, pinned=False))
         await asyncio.sleep(0)
@@ -407,9 +410,13 @@ def test_an_adapter_passed_over_max_passed_times_is_next_however_short_its_wait(
                 await asyncio.wait_for(asyncio.gather(*crowd), timeout=1)
                 assert not lonely.done(), f"passed over {crowd_id - 2} times, not yet due"
                 holder, holding = crowd_id, 2
-            else:
+            elif bounded:
                 await asyncio.wait_for(lonely, timeout=1)
                 assert gate.active() == {2} and not any(c.done() for c in crowd)
+            else:
+                await asyncio.wait_for(asyncio.gather(*crowd), timeout=1)
+                assert not lonely.done()
+                lonely.cancel()
 
     run(scenario())
 
