@@ -82,6 +82,8 @@ def test_only_the_engine_and_its_vllm_front_import_vllm():
         "apps.serving.node.engine",
         "apps.serving.node.vllm_front",
         "apps.serving.node.lora_fix",  # the plugin vLLM loads in each of its processes
+        "apps.serving.node.quiet_adds",  # ... and its parts: adds that take no device slot
+        "apps.serving.node.engine_probe",  # ... and what the engine did with adapters
     }
     found = set()
     for name, path in module_names(ROOT, PACKAGES).items():

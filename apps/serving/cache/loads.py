@@ -19,17 +19,38 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.serving.cache.engine_slots import AdapterHandle
 from apps.serving.cache.versions import CachedVersion
 
 logger = logging.getLogger(__name__)
 
 
 MAX_PASSED = 4  # a waiting load is passed over by at most this many smaller ones
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a placement found a version, and what its load cost."""
+
+    handle: AdapterHandle
+    tier: str  # where it was found: L1, L2, L3 or L4
+    load_ms: float
+    timings: dict[str, float] = field(default_factory=dict)  # fetch, verify, check, add (ms)
+    # this call started the load (of concurrent callers sharing one load, exactly one did)
+    started: bool = False
+
+
+class LoadQueueFull(Exception):
+    """Too many versions are loading or queued; the request's tier decides what happens."""
+
+
+class LoadDeadline(Exception):
+    """The adapter did not load within the request's deadline (the load goes on)."""
 
 
 @dataclass(order=True)
@@ -144,3 +165,39 @@ class LoadQueue:
                 await room.wait_for(lambda: not self.full())
 
         await asyncio.wait_for(wait(), timeout=deadline_s)
+
+    async def join(
+        self,
+        record: CachedVersion,
+        start: Callable[[], Coroutine[Any, Any, Any]],
+        *,
+        left: float | None,
+        wait_for_room: bool,
+        what: str,
+        waiting: Callable[[bool], None] | None = None,
+    ) -> tuple[Any, bool] | None:
+        """Wait for the version's load under way, or start one (``start()``) if the queue has
+        room, for at most ``left`` seconds: (its result, whether this call started it). None
+        after waiting for room in a full queue (the caller looks again); ``LoadQueueFull`` if
+        it may not wait, ``LoadDeadline`` (``what``) past ``left`` — the load carries on.
+        ``waiting(True)`` / ``waiting(False)`` frame the wait for the load."""
+        task, starter = record.loading, False
+        if task is None:
+            if self.full():
+                if not wait_for_room:
+                    raise LoadQueueFull(f"{len(self)} versions are loading")
+                try:
+                    await self.wait_for_room(left)
+                except TimeoutError:
+                    raise LoadDeadline("the load queue stayed full past the deadline") from None
+                return None
+            task, starter = self.start(record, start()), True
+        if waiting:
+            waiting(True)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), timeout=left), starter
+        except TimeoutError:
+            raise LoadDeadline(what) from None
+        finally:
+            if waiting:
+                waiting(False)

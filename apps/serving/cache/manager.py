@@ -15,13 +15,11 @@ its whole state (``versions.py``), the engine tiers L1/L2 and the device-slot ga
 vLLM's own LRU never decides: before an add would overflow the host cache, the policy's
 victim is removed first.
 
-A request's placement is two verbs (the request path's step 4): ``prepare`` at arrival (its
-version in the engine already, or its L3 copy landed and checked — nothing held), then, once
-it has a seat and a device slot, ``board`` right before it is sent to vLLM: from there its
-version is *protected* while the request is inside the engine; before, a waiting request only
-counts toward keeping it (the last choice of victim). A cold load costs one step boundary:
-``board`` sends the victims' removals, the request follows with no await between, and the
-step that schedules it loads the adapter; the node never awaits an add and then sends.
+A request's placement is two verbs (the request path's step 4, ``boarding.py``): ``prepare``
+at arrival (its version in the engine already, or its L3 copy landed and checked — nothing
+held), then, once it has a seat and a device slot, ``board`` right before it is sent to vLLM:
+from there its version is *protected* while the request is inside the engine; before, a
+waiting request only counts toward keeping it. A cold load costs one step boundary.
 
 The tier moves, one verb each: ``land`` (L4 to L3: fetch, verify, seal), ``activate`` (into
 the engine now, from whatever tier holds it: pins, prewarm, prefetch), ``pin`` (into L1),
@@ -47,13 +45,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import ObjectStore
 from apps.serving import offload
+from apps.serving.cache.boarding import Boarding
 from apps.serving.cache.book import TierBook
 from apps.serving.cache.clock import Clock, monotonic
 from apps.serving.cache.clock import timer as default_timer
@@ -63,44 +62,15 @@ from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.gate import MAX_PASSED
 from apps.serving.cache.landing import AdapterIntegrityError, Landing
 from apps.serving.cache.limits import Limits
-from apps.serving.cache.loads import LoadQueue
+from apps.serving.cache.loads import LoadDeadline, LoadQueue, LoadQueueFull, Placed
 from apps.serving.cache.policies import Policy, make_policy
 from apps.serving.cache.versions import CachedVersion
 from lorahub.cacheconfig import CacheConfig
 
+__all__ = ["CacheManager", "Limits", "LoadDeadline", "LoadQueueFull", "Placed", "lora_id_for"]
 logger = logging.getLogger(__name__)
 GIB = 1024**3
 MIB = 1024**2
-# What vLLM's add of a version costs the engine per MB, for the eviction policy's reload cost
-# of a version loaded by its request's step (whose add the node cannot time):
-# ``bench/seed_floors.py --engine`` measured 68 ms for a 44 MB seed adapter.
-ADD_MS_PER_MB = 1.5
-
-
-def _log_failures(sent: asyncio.Future) -> None:
-    if sent.cancelled():
-        return
-    for answer in sent.result():
-        if isinstance(answer, BaseException):
-            logger.warning("an engine removal failed: %s", answer)
-
-
-class LoadQueueFull(Exception):
-    """Too many versions are loading or queued; the request's tier decides what happens."""
-
-
-class LoadDeadline(Exception):
-    """The adapter did not load within the request's deadline (the load goes on)."""
-
-
-@dataclass(frozen=True)
-class Placed:
-    handle: AdapterHandle
-    tier: str  # where it was found: L1, L2, L3 or L4
-    load_ms: float
-    timings: dict[str, float] = field(default_factory=dict)  # fetch, verify, check, add (ms)
-    # this call started the load (of concurrent callers sharing one load, exactly one did)
-    started: bool = False
 
 
 def lora_id_for(resolved: ResolvedVersion) -> int:
@@ -162,6 +132,10 @@ class CacheManager:
         self.tiers = self.book.tiers
         self.on_disk = self.book.on_disk
         limits = limits or Limits()
+        self.boarding = Boarding(self)  # a request's placement: prepare, then board
+        self.prepare = self.boarding.prepare
+        self.board = self.boarding.board
+        self.stop_waiting = self.boarding.stop_waiting
         self.loads = LoadQueue(
             max_fetches=limits.max_fetches,
             max_loads=limits.max_loads,
@@ -268,180 +242,19 @@ class CacheManager:
                 if placed is not None:  # it was loaded for this request
                     return replace(placed, started=starter)
                 return Placed(handle, tier, 0.0)
-            joined = await self._join_load(
+            joined = await self.loads.join(
                 record,
                 lambda: self._load(resolved, record, owner, handle),
                 left=None if deadline_s is None else deadline_s - (self.clock() - started),
                 wait_for_room=wait_for_room,
-                awaiting=hold,
                 what=f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms",
+                waiting=(lambda on: self.tiers.await_load(record, on)) if hold else None,
             )
             if joined is not None:
                 placed, started_it = joined
                 starter = starter or started_it
             # back at the loop's top, with no await in between: the hold is taken while the
             # fresh version is still protected (an unheld load may have been evicted again)
-
-    async def prepare(
-        self,
-        resolved: ResolvedVersion,
-        *,
-        owner: Owner | None = None,
-        deadline_s: float | None = None,
-        wait_for_room: bool = True,
-    ) -> Placed:
-        """A request's placement: its version made ready to enter the engine *with* the
-        request, without a hold — in the engine already (L1/L2, the use recorded), or its L3
-        copy landed from L4 if need be and checked (single-flight, in the load queue, within
-        ``deadline_s`` as for ``activate``). The request then waits for a seat and a device
-        slot as one of the version's waiting requests (``record.waiting``: the version is the
-        last choice of victim and keeps its disk copy) and ends its wait with ``board``, or,
-        if it gives up, ``stop_waiting``."""
-        record, owner, handle, started = self._use(resolved, owner)
-        while True:
-            if record.quarantined:
-                raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
-            tier = self.book.use(record)
-            if tier is not None:
-                record.waiting += 1
-                return Placed(handle, tier, 0.0)
-            if record.loading is None and not self.limits.verify_checksum:
-                found = self.landing.checked_now(resolved)  # on disk: no queue, no deadline
-                if found is not None:
-                    record.waiting += 1
-                    return Placed(handle, found.found_in, 0.0, found.timings)
-            joined = await self._join_load(
-                record,
-                lambda: self._ready(resolved, record, handle),
-                left=None if deadline_s is None else deadline_s - (self.clock() - started),
-                wait_for_room=wait_for_room,
-                what=f"{resolved.label} did not load within {(deadline_s or 0) * 1000:.0f} ms",
-            )
-            if joined is None:
-                continue
-            placed, starter = joined
-            if record.engine is None and record.folder is not None:
-                record.waiting += 1  # no await since the copy was checked: it is still there
-                return replace(placed, started=starter)
-            # an explicit load put it in the engine meanwhile, or its copy went: look again
-
-    async def _join_load(
-        self,
-        record: CachedVersion,
-        start: Callable[[], Coroutine[Any, Any, Placed]],
-        *,
-        left: float | None,
-        wait_for_room: bool,
-        what: str,
-        awaiting: bool = False,
-    ) -> tuple[Placed, bool] | None:
-        """Wait for the version's load under way, or start one (``start()``) if the load
-        queue has room, for at most ``left`` seconds: (what it placed, whether this call
-        started it). None after waiting for room in a full queue (the caller looks again);
-        ``LoadQueueFull`` if it may not wait, ``LoadDeadline`` (``what``) past ``left`` — the
-        load carries on. ``awaiting``: counted as a request that will hold the version."""
-        task, starter = record.loading, False
-        if task is None:
-            if self.loads.full():
-                if not wait_for_room:
-                    raise LoadQueueFull(f"{self.loading()} versions are loading")
-                await self._wait_for_room(left)
-                return None
-            task, starter = self.loads.start(record, start()), True
-        if awaiting:
-            self.tiers.await_load(record, True)
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), timeout=left), starter
-        except TimeoutError:
-            raise LoadDeadline(what) from None
-        finally:
-            if awaiting:
-                self.tiers.await_load(record, False)
-
-    async def _ready(
-        self, resolved: ResolvedVersion, record: CachedVersion, handle: AdapterHandle
-    ) -> Placed:
-        """The version's L3 copy, landed (from L4, in a fetch slot) or checked."""
-        started = self.timer()
-        if self.disk.has(resolved):
-            found = await offload.run(self.land, resolved)
-        else:
-            async with self.loads.fetch_slots.slot(resolved.size_bytes):
-                found = await offload.run(self.land, resolved)
-        return Placed(handle, found.found_in, (self.timer() - started) * 1000, found.timings)
-
-    def stop_waiting(self, version_id: int) -> None:
-        """A placed request gave up before it boarded (``prepare``)."""
-        record = self.versions.get(version_id)
-        if record is not None and record.waiting > 0:
-            record.waiting -= 1
-
-    async def board(
-        self, resolved: ResolvedVersion, *, owner: Owner | None = None, placed: Placed
-    ) -> str | None:
-        """A placed request enters the engine now: its version is held from here until
-        ``release``. None if the version is in the engine; otherwise the tier its bytes come
-        from (``L3``): the version was not in the engine, or left it while the request waited.
-
-        A cold load costs one engine step boundary: the removals that make room are sent now,
-        and the caller sends the request right after them, with no await in between; the
-        engine core takes both between the same two steps (in the order sent), and the step
-        that schedules the request loads the adapter from its L3 folder (vLLM's
-        ``_apply_adapters``, as stock vLLM loads an adapter it has resolved). No ``add_lora``
-        goes first, so no step boundary is spent on it and no device slot is taken before a
-        request needs one. The victims are the node's (``engine_tiers.victims``): never a
-        version a request inside the engine holds; vLLM's LRU never chooses, because the room
-        is made before the request arrives. The folder was verified when it landed and its
-        seal checked by ``prepare``; the engine reads it in the step."""
-        record = self._record(resolved)
-        owner = owner or Owner(tenant_id=resolved.tenant_id)
-        while record.engine is None:
-            if record.quarantined:
-                raise AdapterIntegrityError(f"{resolved.label} is quarantined on this node")
-            if record.folder is None or record.loading is not None:
-                # its copy left the disk, or an explicit load of it is under way: place again
-                again = await self.prepare(resolved, owner=owner)
-                self.stop_waiting(record.version_id)
-                placed = replace(again, tier=again.tier if again.tier in ("L3", "L4") else "L3")
-                continue
-            removals = await self._make_room(owner, incoming=resolved.size_bytes)
-            if record.engine is not None or record.folder is None or record.loading is not None:
-                await self._send(removals)  # the room stays made; look again
-                continue
-            self.book.admit(
-                record,
-                owner,
-                size_bytes=resolved.size_bytes,
-                reload_cost_ms=placed.timings.get("check_ms", 0.0)
-                + ADD_MS_PER_MB * resolved.size_bytes / MIB,
-            )
-            self._board(record)
-            await self._send(removals)
-            self.boundaries[1] = self.boundaries.get(1, 0) + 1
-            if self.on_load:
-                self.on_load(placed.tier, placed.load_ms, resolved.size_bytes, boundaries=1)
-            return "L3"
-        self._board(record)
-        return None
-
-    def _board(self, record: CachedVersion) -> None:
-        """One of the version's waiting requests is inside the engine now."""
-        if record.waiting > 0:
-            record.waiting -= 1
-        self.tiers.hold(record)
-
-    async def _send(self, removals: list[Coroutine[Any, Any, bool]]) -> None:
-        """Send the engine calls now (each is on the engine core's queue on return, in
-        order); their answers are awaited in the background."""
-        if removals:
-            self._send_soon(removals)
-            await asyncio.sleep(0)  # each call runs up to its send, which does not suspend
-
-    def _send_soon(self, removals: list[Coroutine[Any, Any, bool]]) -> None:
-        pending = asyncio.gather(*removals, return_exceptions=True)
-        pending.add_done_callback(_log_failures)
-        self._removing.add(pending)
-        pending.add_done_callback(self._removing.discard)
 
     def release(self, version_id: int) -> None:
         """A request that held the version (``place(hold=True)``) is done with it."""
@@ -452,12 +265,6 @@ class CacheManager:
     def in_use(self, version_id: int) -> int:
         record = self.versions.get(version_id)
         return record.held if record is not None else 0
-
-    async def _wait_for_room(self, deadline_s: float | None) -> None:
-        try:
-            await self.loads.wait_for_room(deadline_s)
-        except TimeoutError:
-            raise LoadDeadline("the load queue stayed full past the deadline") from None
 
     def _handle(self, resolved: ResolvedVersion) -> AdapterHandle:
         return AdapterHandle(
@@ -476,25 +283,22 @@ class CacheManager:
             async with self.loads.fetch_slots.slot(resolved.size_bytes):  # in another process
                 found = await offload.run(self.land, resolved)
         tier, timings = found.found_in, found.timings
-        # Room is made before the load takes a load slot, so that a slot never waits for a
-        # request to end; its place is counted from here until it is a resident (below), so
-        # that loads running beside it make room for it too.
-        removals = await self._make_room(owner, incoming=resolved.size_bytes)
-        self._adding.append(resolved.size_bytes)
-        try:
-            async with self.loads.load_slots.slot(resolved.size_bytes):
-                add_started = self.timer()
+        async with self.loads.load_slots.slot(resolved.size_bytes):
+            # Room is made inside the slot: made before it, the loads waiting for a slot
+            # would count as adding more versions than the engine holds, and the next one
+            # would wait for a release that never comes. Its place is counted from here
+            # until it is a resident (below), so that loads beside it make room for it too.
+            removals = await self._make_room(owner, incoming=resolved.size_bytes)
+            self._adding.append(resolved.size_bytes)
+            add_started = self.timer()
+            try:
                 # The removals and the add go to the engine core together: it takes every
                 # queued call between two steps, in the order sent, so the victims leave
-                # before the newcomer arrives and the whole load waits for one step
-                # boundary, not one per call.
-                sending, removals = removals, []
-                await asyncio.gather(*sending, self.engine.add_adapter(handle))
-        finally:
-            self._adding.remove(resolved.size_bytes)
-            if removals:  # cancelled before its slot: the victims are out of the books
-                self._send_soon(removals)
-        timings["add_ms"] = (self.timer() - add_started) * 1000
+                # before the newcomer arrives and the whole load waits for one boundary.
+                await asyncio.gather(*removals, self.engine.add_adapter(handle))
+            finally:
+                self._adding.remove(resolved.size_bytes)
+            timings["add_ms"] = (self.timer() - add_started) * 1000
         load_ms = (self.timer() - started) * 1000
         self.boundaries[2] = self.boundaries.get(2, 0) + 1
         self.book.admit(
