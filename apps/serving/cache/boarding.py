@@ -21,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apps.registry.contracts import ResolvedVersion
 from apps.serving import offload
@@ -30,9 +30,6 @@ from apps.serving.cache.engine_tiers import Owner
 from apps.serving.cache.landing import AdapterIntegrityError
 from apps.serving.cache.loads import Placed
 from apps.serving.cache.versions import CachedVersion
-
-if TYPE_CHECKING:
-    from apps.serving.cache.manager import CacheManager
 
 logger = logging.getLogger(__name__)
 MIB = 1024**2
@@ -51,7 +48,8 @@ def _log_failures(sent: asyncio.Future) -> None:
 
 
 class Boarding:
-    def __init__(self, cache: CacheManager) -> None:
+    def __init__(self, cache: Any) -> None:
+        # the ``CacheManager`` that owns it (not imported: it imports this module)
         self.cache = cache
 
     async def prepare(
