@@ -152,8 +152,11 @@ class Boarding:
                 reload_cost_ms=placed.timings.get("check_ms", 0.0)
                 + ADD_MS_PER_MB * resolved.size_bytes / MIB,
             )
+            # From the hold to the return nothing awaits: a request cancelled in between would
+            # keep its hold for ever (its trace is marked boarded only once this returns). The
+            # removals' tasks are queued before the request's send task, so they send first.
             self._board(record)
-            await self._send(removals)
+            self._send_soon(removals)
             self.cache.boundaries[1] = self.cache.boundaries.get(1, 0) + 1
             if self.cache.on_load:
                 self.cache.on_load(placed.tier, placed.load_ms, resolved.size_bytes, boundaries=1)

@@ -844,3 +844,35 @@ def test_an_idle_scrub_finds_a_rotten_copy_and_it_lands_again_on_its_next_use(wo
 
     run(scenario())
     assert cache.landing.scrub_one() is None  # what is left is sound
+
+
+def test_a_request_cancelled_while_it_boards_never_keeps_a_hold(world):
+    """A request cancelled at any point of ``board`` (its client gone) either boarded — the
+    hold is its, released by its caller — or did not, and holds nothing: a hold kept by a
+    cancelled request would keep its version in the engine for ever (an alias change then
+    waits its whole patience for it to leave)."""
+    cache, _, version = world
+
+    async def scenario():
+        for n in (1, 2, 3):  # full: boarding a cold version makes room first
+            await cache.activate(version(n))
+        outcomes = []
+        for k in range(6):  # cancelled after k turns of the loop
+            n = 10 + k
+            placed = await cache.prepare(version(n))
+            boarding = asyncio.ensure_future(cache.board(version(n), placed=placed))
+            for _ in range(k):
+                await asyncio.sleep(0)
+            boarding.cancel()
+            try:
+                await boarding
+                outcomes.append(("boarded", cache.in_use(n)))
+                cache.release(n)
+            except asyncio.CancelledError:
+                cache.stop_waiting(n)
+                outcomes.append(("cancelled", cache.in_use(n)))
+        return outcomes
+
+    outcomes = run(scenario())
+    assert ("cancelled", 1) not in outcomes, outcomes
+    assert all(held == (what == "boarded") for what, held in outcomes), outcomes
