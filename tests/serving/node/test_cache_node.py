@@ -26,6 +26,7 @@ from apps.tenants import services as tenant_services
 from apps.tenants.choices import Priority
 from apps.tenants.events import publish_change
 from tests.harness.processes import NODE_INTERNAL_TOKEN
+from tests.harness.waiting import wait_until
 from tests.helpers import key_client, node_metric, publish, user_client
 
 pytestmark = pytest.mark.engine
@@ -225,10 +226,8 @@ def test_a_request_waiting_for_a_seat_has_its_adapter_loaded_while_it_waits(cach
             holders = [pool.submit(ask, key, url, "x0") for _ in range(4)]  # every seat
             time.sleep(1.0)
             waiting = pool.submit(ask, key, url, "x1")
-            deadline = time.monotonic() + 15  # a loaded CI machine; the seats free at 20 s
-            while x1 not in cache.on_disk():
-                assert time.monotonic() < deadline, "x1 did not land while its request waited"
-                time.sleep(0.05)
+            # a loaded CI machine; the seats free at 20 s
+            wait_until(lambda: x1 in cache.on_disk(), "x1 landed while its request waited", 15)
             time.sleep(0.5)
             assert x1 not in cache.in_engine(), "x1 entered the engine before its request"
             assert not waiting.done(), "x1's request did not wait for a seat"
@@ -385,10 +384,7 @@ def test_overload_degrades_to_the_base_model_or_answers_503_by_tenant_tier(
     assert degraded.headers["x-lorahub-cache-tier"] == "base"
     assert degraded.headers["x-lorahub-degraded"] == "1"
     assert degraded.json()["choices"][0]["text"] == base.json()["choices"][0]["text"]
-    deadline = time.monotonic() + 10
-    while cache.versions["b0"] not in cache.on_disk():  # the landing carried on
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: cache.versions["b0"] in cache.on_disk(), "the landing carried on", 10)
     later = ask(cache.keys["b"], cache.url, "b0")
     assert tier_of(later) == "L3" and "x-lorahub-degraded" not in later.headers
 
