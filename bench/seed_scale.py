@@ -12,8 +12,9 @@ time, the order rotated per repetition:
   prefetch from rising demand off (the default);
 - **node-prefetch**: a second node on the same registry with ``LORAHUB_NODE_PREFETCH_RISING=1``
   and a disk of its own;
-- **node-time-bound**: a third, its device-slot gate bounding a waiting adapter in seconds
-  only (``LORAHUB_NODE_GATE_MAX_PASSED=0``);
+- **node-narrow**: a third, its device-slot gate as narrow as the device slots with nothing
+  pinned (``LORAHUB_NODE_GATE_WIDE=0``, the default before ``gate.GateRule.wide``): the A/B
+  of who decides which adapters share a step, the node's gate or vLLM's scheduler;
 - **stock-disk**: stock vLLM with its ``lora_filesystem_resolver`` over the same adapters on
   local disk (stock's best case: nothing to fetch);
 - **stock-s3**: stock vLLM with ``bench/s3_resolver.py``, a resolver plugin that downloads an
@@ -86,7 +87,7 @@ from bench.load_mix import cell, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct  # noqa: E402
 
 SEED_DIR = ROOT / "var" / "seed"
-SERVERS = ("node", "node-prefetch", "node-time-bound", "stock-disk", "stock-s3", "stock-disk-b")
+SERVERS = ("node", "node-prefetch", "node-narrow", "stock-disk", "stock-s3", "stock-disk-b")
 CONCURRENCY = (8, 32)
 # Tiny requests: vLLM's CPU LoRA path (punica's torch ops) gathers a copy of the adapter's
 # weights for every token it computes (``lora_a_weights[indices]``: 36-71 MB per token here),
@@ -340,8 +341,8 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
                 "PYTHONPATH": paths,
                 "LORAHUB_INTERNAL_TOKEN": settings.LORAHUB_INTERNAL_TOKEN,
                 "LORAHUB_NODE_PREFETCH_RISING": "1" if name == "node-prefetch" else "0",
-                # the gate's bound in seconds alone, beside the default's slot changes too
-                "LORAHUB_NODE_GATE_MAX_PASSED": "0" if name == "node-time-bound" else "4",
+                # the gate as wide as the device slots, beside the default's host slots
+                "LORAHUB_NODE_GATE_WIDE": "0" if name == "node-narrow" else "1",
             }
             if name != "node":  # a second node: its own name in the registry, its own disk
                 run_env.update(
@@ -658,7 +659,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
         )
         print("\nper repetition | median (TTFT p95 and S3 bytes: lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk p95':<28}{'node-prefetch / stock-disk':<28}"
-              f"{'node-time-bound / stock-disk':<30}{'node / stock-s3 p95':<28}"
+              f"{'node-narrow / stock-disk':<30}{'node / stock-s3 p95':<28}"
               f"{'A/A stock-disk-b / stock-disk p95':<36}{'ceiling / stock-disk p95':<28}"
               "node / stock-s3 S3 bytes")  # fmt: skip
         for c in CONCURRENCY:
@@ -671,14 +672,14 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             print(
                 f"{c:>4}  {cell(r('node', 'stock-disk')):<28}"
                 f"{cell(r('node-prefetch', 'stock-disk')):<28}"
-                f"{cell(r('node-time-bound', 'stock-disk')):<30}{cell(r('node', 'stock-s3')):<28}"
+                f"{cell(r('node-narrow', 'stock-disk')):<30}{cell(r('node', 'stock-s3')):<28}"
                 f"{cell(r('stock-disk-b', 'stock-disk')):<36}"
                 f"{cell(r('ceiling', 'stock-disk')):<28}"
                 f"{total_bytes[0] / max(total_bytes[1], 1):.2f}"
             )
         print("\ncold requests' TTFT p50, per repetition | median (lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk':<28}{'node-prefetch / stock-disk':<28}"
-              f"{'node-time-bound / stock-disk':<30}"
+              f"{'node-narrow / stock-disk':<30}"
               f"{'A/A stock-disk-b / stock-disk':<36}")  # fmt: skip
         for c in CONCURRENCY:
             pts = {name: results["c"][(c, name)] for name in SERVERS}
@@ -691,7 +692,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             print(
                 f"{c:>4}  {cell(cold50('node', 'stock-disk')):<28}"
                 f"{cell(cold50('node-prefetch', 'stock-disk')):<28}"
-                f"{cell(cold50('node-time-bound', 'stock-disk')):<30}"
+                f"{cell(cold50('node-narrow', 'stock-disk')):<30}"
                 f"{cell(cold50('stock-disk-b', 'stock-disk')):<36}"
             )
     if results.get("l3_checks"):

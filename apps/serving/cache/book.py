@@ -29,7 +29,7 @@ from pathlib import Path
 from apps.serving.cache.clock import Clock, monotonic
 from apps.serving.cache.disk import DiskIndex
 from apps.serving.cache.engine_tiers import EngineTiers, Owner
-from apps.serving.cache.gate import MAX_PASSED
+from apps.serving.cache.gate import DEFAULT_RULE, GateRule
 from apps.serving.cache.policies import Policy, Resident
 from apps.serving.cache.versions import CachedVersion, Versions
 
@@ -41,12 +41,12 @@ class TierBook:
         slots: Callable[[], tuple[int, int]],
         policy: Policy,
         clock: Clock = monotonic,
-        gate_max_passed: int = MAX_PASSED,
+        gate_rule: GateRule = DEFAULT_RULE,
     ) -> None:
         self.clock = clock
         self.policy = policy
         self.versions = Versions()
-        self.tiers = EngineTiers(slots, clock=clock, gate_max_passed=gate_max_passed)  # L1, L2
+        self.tiers = EngineTiers(slots, clock=clock, gate_rule=gate_rule)  # L1, L2
         self.on_disk = DiskIndex()  # L3
 
     # --- a request ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from apps.registry.contracts import ResolvedVersion
 from apps.serving.cache.clock import Clock, monotonic
-from apps.serving.cache.gate import MAX_PASSED, DeviceGate
+from apps.serving.cache.gate import DEFAULT_RULE, DeviceGate, GateRule
 from apps.serving.cache.policies import Policy, Resident, rank, select_victims
 from apps.serving.cache.versions import CachedVersion
 
@@ -52,10 +52,10 @@ class EngineTiers:
         slots: Callable[[], tuple[int, int]],
         *,
         clock: Clock = monotonic,
-        gate_max_passed: int = MAX_PASSED,
+        gate_rule: GateRule = DEFAULT_RULE,
     ) -> None:
         self.clock = clock
-        self.gate_max_passed = gate_max_passed
+        self.gate_rule = gate_rule
         self._slots = slots  # (max_loras, max_cpu_loras) of the engine, read live
         self.members: dict[int, CachedVersion] = {}  # in the engine (L1 + L2)
         self.pinned: dict[int, CachedVersion] = {}
@@ -65,11 +65,18 @@ class EngineTiers:
 
     def _new_gate(self) -> DeviceGate:
         return DeviceGate(
-            lambda: self._slots()[0] - len(self.pinned) - self.pending_pins,
+            self._gate_slots,
             early=lambda: not self.pinned and not self.pending_pins,
             clock=self.clock,
-            max_passed=self.gate_max_passed,
+            max_passed=self.gate_rule.max_passed,
         )
+
+    def _gate_slots(self) -> int:
+        """How many unpinned adapters may have requests in vLLM (see ``GateRule``)."""
+        max_loras, max_cpu_loras = self._slots()
+        if self.gate_rule.wide and not self.pinned and not self.pending_pins:
+            return max_cpu_loras
+        return max_loras - len(self.pinned) - self.pending_pins
 
     # --- membership (the only writer of ``record.engine`` and ``record.pinned``) -------------
 
@@ -140,8 +147,15 @@ class EngineTiers:
     def device_set(self) -> set[int]:
         """What is in the device slots (L1): the pinned versions, those with requests in the
         batch, then the most recently used up to ``max_loras``."""
-        device = set(self.pinned) | (self.gate.active() & self.members.keys())
-        free = max(self._slots()[0] - len(device), 0)
+        max_loras = self._slots()[0]
+        batch = sorted(
+            (self.members[vid] for vid in self.gate.active() & self.members.keys()),
+            key=lambda r: r.engine.last_used if r.engine else 0.0,
+            reverse=True,
+        )  # a wide gate lets more adapters in than vLLM runs in one step
+        device = set(self.pinned)
+        device.update(r.version_id for r in batch[: max(max_loras - len(device), 0)])
+        free = max(max_loras - len(device), 0)
         if free:
             others = sorted(
                 (r for vid, r in self.members.items() if vid not in device),

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from apps.serving.cache.clock import Clock, monotonic
 
@@ -45,6 +46,27 @@ HOLD_EWMA = 0.05  # the weight of each finished request in that mean
 # ... or once this many free slots went to adapters that began waiting after it (as the load
 # queue's ``loads.MAX_PASSED``; LORAHUB_NODE_GATE_MAX_PASSED, 0: the bound in seconds only)
 MAX_PASSED = 4
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """The node's choices for its gate (``LORAHUB_NODE_GATE_*``).
+
+    ``wide``: with nothing pinned, as many adapters may have requests in vLLM as it has host
+    slots (``max_cpu_loras``), and vLLM's scheduler picks ``max_loras`` of them each step, as
+    stock vLLM does: a request whose adapter would be one too many waits *inside* vLLM while
+    the next one runs, so a hot adapter never stops taking newcomers. Narrow (``max_loras``),
+    the gate drained a hot adapter whenever another had waited its bound, which at the seeds'
+    scale (dozens of adapters at C=32) was nearly always: the node's hot TTFT p95 was 2.5x
+    stock's (``docs/performance.md``). Never wider than the host slots: every request in
+    vLLM holds its version there, so a load never waits for a request to end. With a pin the
+    gate is narrow whatever this says: vLLM does not count pinned slots."""
+
+    max_passed: int = MAX_PASSED  # 0: the bound in seconds only
+    wide: bool = True
+
+
+DEFAULT_RULE = GateRule()
 
 
 class DeviceGate:

@@ -59,7 +59,7 @@ from apps.serving.cache.clock import timer as default_timer
 from apps.serving.cache.disk import DiskTier
 from apps.serving.cache.engine_slots import AdapterHandle, EngineSlots
 from apps.serving.cache.engine_tiers import Owner
-from apps.serving.cache.gate import MAX_PASSED
+from apps.serving.cache.gate import DEFAULT_RULE, GateRule
 from apps.serving.cache.landing import AdapterIntegrityError, Landing
 from apps.serving.cache.limits import Limits
 from apps.serving.cache.loads import LoadDeadline, LoadQueue, LoadQueueFull, Placed
@@ -94,7 +94,7 @@ class CacheManager:
         on_load: Callable[..., None] | None = None,
         clock: Clock = monotonic,
         timer: Clock = default_timer,
-        gate_max_passed: int = MAX_PASSED,
+        gate_rule: GateRule = DEFAULT_RULE,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -110,7 +110,7 @@ class CacheManager:
             slots=lambda: (self.engine.settings.max_loras, self.engine.settings.max_cpu_loras),
             policy=policy or make_policy("weighted"),
             clock=clock,
-            gate_max_passed=gate_max_passed,
+            gate_rule=gate_rule,
         )
         self.landing = Landing(
             disk=self.disk,

@@ -34,6 +34,7 @@ from apps.registry import services as registry_services
 from apps.registry.storage import get_store
 from apps.serving import offload
 from apps.serving.cache import download, evictions, report
+from apps.serving.cache.gate import GateRule
 from apps.serving.cache.manager import CacheManager, Limits
 from apps.serving.cache.policies import make_policy
 from apps.serving.config import effective_config
@@ -145,7 +146,10 @@ class Node:
             on_integrity_failure=self.trust.integrity_failure,
             on_evict=count_eviction,
             on_load=metrics.loaded,
-            gate_max_passed=settings.LORAHUB_NODE_GATE_MAX_PASSED,
+            gate_rule=GateRule(
+                max_passed=settings.LORAHUB_NODE_GATE_MAX_PASSED,
+                wide=settings.LORAHUB_NODE_GATE_WIDE,
+            ),
         )
         self.config.apply_to(cache)
         return cache

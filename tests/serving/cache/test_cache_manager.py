@@ -18,11 +18,13 @@ from apps.registry import signing
 from apps.registry.contracts import ResolvedVersion
 from apps.registry.storage import LocalStore
 from apps.serving.cache import report
-from apps.serving.cache.engine_tiers import Owner, PinLimit
-from apps.serving.cache.gate import DeviceGate
+from apps.serving.cache.engine_tiers import EngineTiers, Owner, PinLimit
+from apps.serving.cache.gate import DeviceGate, GateRule
 from apps.serving.cache.landing import AdapterIntegrityError
 from apps.serving.cache.manager import CacheManager, Limits, LoadDeadline, LoadQueueFull
 from apps.serving.cache.policies import LRU
+from apps.serving.cache.policies.base import Resident
+from apps.serving.cache.versions import CachedVersion
 from tests.helpers import signed_version
 from tests.serving.cache.stand_in import Settings, StandInEngine
 
@@ -611,6 +613,39 @@ def test_with_a_pin_a_slot_is_handed_on_only_once_it_is_free():
         gate.leave(1, finishing=True)
         await asyncio.wait_for(second, timeout=1)
         assert gate.active() == {2}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_with_nothing_pinned_the_gate_opens_to_the_host_slots_and_vllm_picks_each_step(wide):
+    """Wide (the default): as many adapters may have requests in vLLM as it has host slots
+    (3 here), vLLM's scheduler picking ``max_loras`` (2) of them a step as stock does, and the
+    node reports no more than ``max_loras`` of them in the device slots (L1). A pin narrows the
+    gate to the free device slots (vLLM does not count pinned slots); ``GateRule(wide=False)``
+    keeps it that narrow always."""
+
+    async def scenario():
+        tiers = EngineTiers(lambda: (2, 3), clock=lambda: 0.0, gate_rule=GateRule(wide=wide))
+        for n in (1, 2, 3):
+            tiers.add(CachedVersion(n), Resident(n, 1, 10, last_used=float(n)))
+        width = 3 if wide else 2
+        for lora_id in range(1, width + 1):
+            await asyncio.wait_for(tiers.gate.enter(lora_id, pinned=False), timeout=1)
+        one_more = asyncio.ensure_future(tiers.gate.enter(width + 1, pinned=False))
+        await asyncio.sleep(0)
+        assert not one_more.done(), "one adapter more than the gate's width was let in"
+        assert len(tiers.device_set()) == 2  # vLLM runs max_loras of them a step
+        assert tiers.device_set() == {width, width - 1}  # the most recently used
+        one_more.cancel()
+        for lora_id in range(1, width + 1):
+            tiers.gate.leave(lora_id)
+        tiers.pin(tiers.members[1])  # one device slot left for the rest
+        await asyncio.wait_for(tiers.gate.enter(2, pinned=False), timeout=1)
+        narrowed = asyncio.ensure_future(tiers.gate.enter(3, pinned=False))
+        await asyncio.sleep(0)
+        assert not narrowed.done(), "with a pin, a second unpinned adapter entered vLLM"
+        narrowed.cancel()
 
     run(scenario())
 
