@@ -72,11 +72,12 @@ def test_a_release_is_judged_and_plotted_on_server_failures_alone(support_versio
     Release.objects.filter(pk=release.pk).update(
         step_started_at=timezone.now() - timedelta(seconds=2)
     )
-    record(tenant_a, "v1", 30)
-    record(tenant_a, "v2", 18)
-    record(tenant_a, "v2", 1, status=503)  # the one server failure
-    record(tenant_a, "v2", 6, status=429)  # a caller over its rate limit
-    record(tenant_a, "v2", 5, status=400)  # a caller sending bad requests
+    now = timezone.now()  # one moment for every row: one minute's bucket, whatever the clock
+    record(tenant_a, "v1", 30, at=now)
+    record(tenant_a, "v2", 18, at=now)
+    record(tenant_a, "v2", 1, status=503, at=now)  # the one server failure
+    record(tenant_a, "v2", 6, status=429, at=now)  # a caller over its rate limit
+    record(tenant_a, "v2", 5, status=400, at=now)  # a caller sending bad requests
     assert services.judge(release.pk) == "advance"
     release.refresh_from_db()
     assert release.state == "promoted", release.outcome
@@ -112,10 +113,13 @@ def test_a_release_is_judged_and_plotted_on_server_failures_alone(support_versio
 
 
 def test_dashboards_plot_server_failures_with_callers_apart(tenant_a):
-    record(tenant_a, "v1", 8)
-    record(tenant_a, "v1", 2, status=503)
-    record(tenant_a, "v1", 5, status=429)
-    record(tenant_a, "v1", 5, status=404)
+    # the middle of the last whole minute: every row in one bucket, whenever the test runs
+    # (rows written on both sides of a minute's end once gave ``[0.2, 0.0]``)
+    at = timezone.now().replace(second=30, microsecond=0) - timedelta(minutes=1)
+    record(tenant_a, "v1", 8, at=at)
+    record(tenant_a, "v1", 2, status=503, at=at)
+    record(tenant_a, "v1", 5, status=429, at=at)
+    record(tenant_a, "v1", 5, status=404, at=at)
     where = dashboards.scope(tenant=tenant_a)
     data = dashboards.series(where, dashboards.RANGES["hour"])
     assert data["server_failure_rate"] == [0.1]
