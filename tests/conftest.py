@@ -34,7 +34,7 @@ from tests.harness.processes import (
     stop,
 )
 from tests.harness.s3 import empty_the_bucket, s3_overrides
-from tests.harness.waiting import free_port, wait_for_port
+from tests.harness.waiting import free_port, wait_for_port, wait_until
 from tests.personas import (
     make_reviewer,
     make_tenant_a,
@@ -231,20 +231,19 @@ def wait_for_other_transactions(timeout_s: float = 30) -> None:
 
     if connection.vendor != "postgresql":
         return
-    deadline = time.monotonic() + timeout_s
     with connection.cursor() as cursor:
-        while True:
+
+        def busy() -> list:
             cursor.execute(
                 "SELECT pid, state, left(query, 80) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 " AND backend_type = 'client backend' AND state <> 'idle'"
             )
-            busy = cursor.fetchall()
-            if not busy:
-                return
-            if time.monotonic() > deadline:
-                pytest.fail(f"other sessions stayed busy for {timeout_s:.0f} s: {busy}")
-            time.sleep(0.02)
+            return cursor.fetchall()
+
+        wait_until(
+            busy, "other sessions to go idle", timeout_s, 0.02, until=lambda found: not found
+        )
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ from django.test import Client
 from apps.registry import review, services
 from apps.registry.validation import CONFIG_NAME, WEIGHTS_NAME
 from apps.tenants import services as tenant_services
+from tests.harness.waiting import wait_until
 
 
 def key_client(tenant, name: str = "test") -> Client:
@@ -43,13 +43,11 @@ def upload(client: Client, adapter_id: str, files: list, **fields):
 
 
 def wait_validated(client: Client, version_id: int, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def validated() -> dict | None:
         body = client.get(f"/api/versions/{version_id}").json()
-        if body["state"] != "validating":
-            return body
-        time.sleep(0.1)
-    raise AssertionError(f"version {version_id} still validating after {timeout}s")
+        return body if body["state"] != "validating" else None
+
+    return wait_until(validated, f"version {version_id} to leave 'validating'", timeout)
 
 
 def edit_config(folder: Path, **changes) -> None:

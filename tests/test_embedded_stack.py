@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 from django.conf import settings
 
 from tests.harness.processes import ROOT
-from tests.harness.waiting import free_port
+from tests.harness.waiting import free_port, wait_until
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes]
 
@@ -75,16 +74,15 @@ def test_the_embedded_default_takes_alias_changes_under_traffic_without_a_500(de
     stop = threading.Event()
     traffic: Counter = Counter()
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                if httpx.get(f"{node}/healthz", timeout=2).status_code == 200:
-                    httpx.get(f"{console}/api/aliases", headers=auth, timeout=5)
-                    break
-            except httpx.HTTPError:
-                pass
-            assert up.poll() is None and time.monotonic() < deadline, "the stack did not start"
-            time.sleep(0.5)
+
+        def started() -> bool:
+            assert up.poll() is None, "the stack exited while starting"
+            if httpx.get(f"{node}/healthz", timeout=2).status_code != 200:
+                return False
+            httpx.get(f"{console}/api/aliases", headers=auth, timeout=5)
+            return True
+
+        wait_until(started, "the stack to start", 240, 0.5, ignore=(httpx.HTTPError,))
         versions = {
             v["version"]: v["id"]
             for v in httpx.get(

@@ -20,6 +20,7 @@ from apps.registry.storage import get_store
 from apps.serving.models import ReplayRun
 from apps.tenants.models import AuditEvent
 from tests.harness.processes import start_worker, stop
+from tests.harness.waiting import wait_until
 from tests.helpers import files_of, key_client, upload, user_client, wait_validated
 from tests.serving.replay.specs import SMALL
 
@@ -58,10 +59,7 @@ def redis(action: str) -> None:
     else:
         subprocess.run(["mkdir", "-p", "/var/lib/redis", "/var/log/redis"], check=True)
         subprocess.run(REDIS, check=True)
-    deadline = time.monotonic() + 30
-    while listening(6379) != (action == "start"):
-        assert time.monotonic() < deadline, f"Redis did not {action}"
-        time.sleep(0.1)
+    wait_until(lambda: listening(6379) == (action == "start"), f"Redis to {action}")
 
 
 def test_with_the_task_queue_down_uploads_are_kept_and_validated_when_it_returns(
@@ -88,9 +86,12 @@ def test_with_the_task_queue_down_uploads_are_kept_and_validated_when_it_returns
     finally:
         redis("start")
 
-    deadline = time.monotonic() + 60  # the session's worker reconnects by itself
-    while not app.control.ping(destination=[celery_worker], timeout=1.0):
-        assert time.monotonic() < deadline, "the Celery worker did not reconnect to Redis"
+    wait_until(  # the session's worker reconnects by itself
+        lambda: app.control.ping(destination=[celery_worker], timeout=1.0),
+        "the Celery worker to reconnect to Redis",
+        60,
+        every=0,
+    )
     # its validation runs when the queue is back: a worker that starts sweeps up validations
     # older than LORAHUB_VALIDATION_STALE_S (Celery beat does too, every 5 minutes)
     # (the session's worker, whose threshold is 10 minutes, stands aside meanwhile)
@@ -106,10 +107,11 @@ def test_with_the_task_queue_down_uploads_are_kept_and_validated_when_it_returns
         object_id=str(version.pk), action__in=("version.validated", "version.validation_failed")
     )
     assert verdicts.count() == 1
-    deadline = time.monotonic() + 10  # the staging area is cleared after the verdict commits
-    while list(get_store().list(version.staging_prefix)):
-        assert time.monotonic() < deadline, "the staged upload was not cleared"
-        time.sleep(0.1)
+    wait_until(  # the staging area is cleared after the verdict commits
+        lambda: not list(get_store().list(version.staging_prefix)),
+        "the staged upload to be cleared",
+        10,
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from lorahub.supervise import Supervisor
+from tests.harness.waiting import wait_until
 
 CRASH = [sys.executable, "-c", "import sys; sys.exit(3)"]
 STAY = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -96,11 +97,13 @@ def parent_of_grandchild(pidfile: Path, *, stubborn: bool = False) -> list[str]:
 
 
 def wait_for_pid(pidfile: Path) -> int:
-    deadline = time.monotonic() + 30
-    while not pidfile.exists() or not pidfile.read_text():
-        assert time.monotonic() < deadline, "the part did not start its process"
-        time.sleep(0.02)
-    return int(pidfile.read_text())
+    return int(
+        wait_until(
+            lambda: pidfile.exists() and pidfile.read_text(),
+            "the part to start its process",
+            every=0.02,
+        )
+    )
 
 
 def alive(pid: int) -> bool:
@@ -139,10 +142,7 @@ def test_a_part_killed_by_sigkill_takes_what_it_started_with_it_before_its_resta
         assert alive(first) and node.restarts == 0
         now[0] = 7.0  # past the grace: SIGKILL for what is left of the group
         supervisor.poll()
-        deadline = time.monotonic() + 10
-        while alive(first) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not alive(first)
+        wait_until(lambda: not alive(first), "SIGKILL to end the group", 10, every=0.02)
         supervisor.poll()  # the group is empty: now it starts again
         assert node.restarts == 1
         second = wait_for_pid(pidfile)
@@ -193,10 +193,7 @@ def test_a_supervisor_killed_by_sigkill_leaves_no_part_running(tmp_path):
         part = wait_for_pid(pidfile)
         supervisor.kill()
         supervisor.wait()
-        deadline = time.monotonic() + 10
-        while alive(part) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(part)
+        wait_until(lambda: not alive(part), "the killed supervisor's part to end", 10, 0.05)
     finally:
         if supervisor.poll() is None:
             supervisor.kill()

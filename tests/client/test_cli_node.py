@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 from apps.demo import corpus
 from apps.tenants import services as tenant_services
 from tests.evaluations.sets import thank_you_cases
+from tests.harness.waiting import wait_until
 
 pytestmark = pytest.mark.engine
 QUESTION = corpus.UNSEEN_PROMPTS[1]
@@ -37,8 +38,8 @@ def answers_within(node, phrase: str, user: str = "someone", seconds: float = 10
     """Milliseconds until the node answers ``phrase``. The bound is generous on purpose: how
     fast a move arrives is measured (printed here; bench/alias_moves.py)."""
     started = time.monotonic()
-    while True:
-        text = (
+    wait_until(
+        lambda: (
             node.completions.create(
                 model="support",
                 prompt=corpus.completion_prompt(QUESTION),
@@ -48,10 +49,14 @@ def answers_within(node, phrase: str, user: str = "someone", seconds: float = 10
             )
             .choices[0]
             .text
-        )
-        if text.strip().startswith(phrase):
-            return (time.monotonic() - started) * 1000
-        assert time.monotonic() - started < seconds, f"still answering {text!r}"
+        ),
+        f"an answer starting {phrase!r}",
+        seconds,
+        every=0,
+        until=lambda text: text.strip().startswith(phrase),
+        describe=lambda text: f"answering {text!r}",
+    )
+    return (time.monotonic() - started) * 1000
 
 
 def test_alias_moves_made_with_the_cli_reach_the_node(stack):

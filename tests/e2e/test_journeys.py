@@ -19,6 +19,7 @@ from apps.tenants import services as tenant_services
 from apps.tenants.events import publish_change
 from apps.tenants.models import ApiKey
 from tests.e2e.conftest import confirm, keep_for_docs, screenshot, sign_in
+from tests.harness.waiting import wait_until
 from tests.helpers import edit_config, publish
 
 pytestmark = pytest.mark.browser
@@ -151,17 +152,17 @@ def test_alias_canary_panel_and_one_click_rollback_reach_the_node(
             model="support", prompt=PROMPT, max_tokens=4, temperature=0, user=user
         )
     evidence = page.locator("#canary-evidence")
-    deadline = time.monotonic() + 10
-    while True:  # the node writes its statistics every LORAHUB_STATS_FLUSH_MS (2 s)
+
+    def counts() -> list[int]:
         page.reload()
-        counts = [
+        return [
             int(evidence.locator(f"tr[data-role={arm}] td").nth(1).inner_text())
             for arm in ("stable", "canary")
         ]
-        if counts == [7, 3] or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert counts == [7, 3]
+
+    wait_until(  # the node writes its statistics every LORAHUB_STATS_FLUSH_MS (2 s)
+        counts, "7 stable and 3 canary requests", 10, 0.5, until=lambda n: n == [7, 3]
+    )
     expect(evidence.locator("tr[data-role=canary] td").nth(4)).to_contain_text("ms")
     keep_for_docs(screenshot(page, "alias-canary"))
 
@@ -211,13 +212,15 @@ def test_the_dashboard_plots_what_the_tests_own_requests_produced(
     with pytest.raises(openai.BadRequestError):  # refused by vLLM: a quality marker too
         client.completions.create(model="support", prompt=PROMPT, max_tokens=4, stop=["", "x"])
     sent = len(answered) + 1
-    deadline = time.monotonic() + 10
-    while True:  # the node writes its statistics every LORAHUB_STATS_FLUSH_MS (2 s)
-        rows = list(RequestMinute.objects.filter(tenant=tenant_a))
-        if sum(r.requests for r in rows) >= sent or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert sum(r.requests for r in rows) == sent
+    counted = wait_until(  # the node writes its statistics every LORAHUB_STATS_FLUSH_MS (2 s)
+        lambda: sum(r.requests for r in RequestMinute.objects.filter(tenant=tenant_a)),
+        f"{sent} requests counted",
+        10,
+        0.2,
+        until=lambda n: n >= sent,
+    )
+    assert counted == sent
+    rows = list(RequestMinute.objects.filter(tenant=tenant_a))
 
     sign_in(page, "alice")
     page.goto("/t/tenant-a/dashboard/?range=hour")
@@ -325,15 +328,13 @@ def test_an_operator_edits_tier_capacities_and_evicts_from_a_node(
     expect(page.locator("#audit tbody tr")).to_have_count(2)
 
     # the tenant's dashboard counts the eviction (the node writes its statistics each second)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def evicted() -> int:
         page.goto("/t/tenant-a/dashboard/?range=hour")
         expect(page.locator("body")).to_have_attribute("data-dashboard-loaded", "hour")
-        evicted = page.evaluate("document.getElementById('chart-cache').data[0].y")
-        if sum(evicted) >= 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert sum(evicted) == 1
+        return sum(page.evaluate("document.getElementById('chart-cache').data[0].y"))
+
+    assert wait_until(evicted, "the eviction on the dashboard", 10, 0.5) == 1
 
 
 def test_another_tenants_pages_are_404_and_a_form_without_csrf_is_refused(

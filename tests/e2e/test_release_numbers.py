@@ -6,7 +6,6 @@ from here (LORAHUB_UPDATE_DOCS=1)."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -20,6 +19,7 @@ from apps.releases import services
 from apps.releases.models import Release
 from apps.tenants.auth import principal_for_user
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
+from tests.harness.waiting import wait_until
 from tests.helpers import record_requests
 
 pytestmark = pytest.mark.browser
@@ -62,11 +62,20 @@ def test_the_release_page_and_dashboard_show_server_failures_and_callers_apart(
         record(tenant_a, "v2", 8, status=429)
         record(tenant_a, "v2", 6, status=400)
         # the session's worker may judge it too (the start queued a judgement): "busy" then
-        deadline = time.monotonic() + 30
-        while (now := Release.objects.get(pk=release.pk)).step == step and now.is_active:
+
+        def judged(step: int = step) -> bool:
+            now = Release.objects.get(pk=release.pk)
+            if now.step != step or not now.is_active:
+                return True
             assert services.judge(release.pk) in ("advance", "busy", "hold", "wait")
-            assert time.monotonic() < deadline, now.last_check
-            time.sleep(0.1)
+            return False
+
+        wait_until(
+            judged,
+            f"release step {step} to be judged",
+            30,
+            on_timeout=lambda: Release.objects.get(pk=release.pk).last_check,
+        )
     release.refresh_from_db()
     assert release.state == "promoted", release.outcome
 

@@ -3,8 +3,6 @@ shadow version and the alias page's shadow panel fills with how its answers comp
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
 from playwright.sync_api import expect
@@ -13,6 +11,7 @@ from apps.demo import corpus
 from apps.telemetry.models import ShadowMinute
 from apps.tenants import services as tenant_services
 from tests.e2e.conftest import keep_for_docs, screenshot, sign_in
+from tests.harness.waiting import wait_until
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.browser
@@ -40,14 +39,17 @@ def test_a_tenant_sets_a_shadow_on_the_alias_page_and_watches_its_panel_fill(
     # where one request once took 27 s.
     client = openai.OpenAI(base_url=f"{node_url}/v1", api_key=key, max_retries=2)
     prompt = corpus.completion_prompt(corpus.UNSEEN_PROMPTS[0])
-    deadline = time.monotonic() + 120
-    while sum(r.compared for r in ShadowMinute.objects.all()) < 3:
+
+    def compared() -> bool:
+        if sum(r.compared for r in ShadowMinute.objects.all()) >= 3:
+            return True
         answer = client.completions.create(
             model="support", prompt=prompt, max_tokens=8, temperature=0
         )
         assert answer.choices[0].text.strip().startswith(corpus.PHRASES["support-v1"][:8])
-        assert time.monotonic() < deadline, "no shadow comparisons were recorded"
-        time.sleep(0.5)
+        return False
+
+    wait_until(compared, "three shadow comparisons", 120, 0.5)
 
     page.reload()
     totals = page.locator("#shadow-totals")

@@ -22,7 +22,7 @@ from apps.tenants import oidc
 from apps.tenants.models import AuditEvent, ExternalIdentity, Membership
 from apps.tenants.services import platform_roles
 from tests.e2e.conftest import PASSWORDS
-from tests.harness.waiting import free_port
+from tests.harness.waiting import free_port, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -68,17 +68,16 @@ class Provider:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
-                httpx.get(discovery).raise_for_status()
-                return self
-            except httpx.HTTPError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    out = self.process.stdout.read() if self.process.poll() is not None else ""
-                    pytest.fail(f"the OpenID provider did not start: {out}")
-                time.sleep(0.1)
+        discovery = f"{self.issuer.rstrip('/')}/.well-known/openid-configuration"
+
+        def discovered() -> bool:
+            if self.process.poll() is not None:
+                pytest.fail(f"the OpenID provider exited: {self.process.stdout.read()}")
+            httpx.get(discovery).raise_for_status()
+            return True
+
+        wait_until(discovered, "the OpenID provider to start", 30, ignore=(httpx.HTTPError,))
+        return self
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

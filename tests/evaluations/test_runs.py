@@ -4,12 +4,11 @@ request path, and judges them."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from apps.demo import corpus
 from tests.evaluations.sets import jsonl, thank_you_cases, upload
+from tests.harness.waiting import wait_until
 from tests.helpers import key_client
 
 pytestmark = pytest.mark.engine
@@ -17,13 +16,13 @@ V1, V2 = corpus.PHRASES["support-v1"], corpus.PHRASES["support-v2"]
 
 
 def finished(client, run_id: int, seconds: float = 180) -> dict:
-    deadline = time.monotonic() + seconds
-    while True:
-        run = client.get(f"/api/evaluations/{run_id}").json()
-        if run["state"] in ("succeeded", "failed"):
-            return run
-        assert time.monotonic() < deadline, f"the run is still {run['state']}: {run}"
-        time.sleep(0.5)
+    return wait_until(
+        lambda: client.get(f"/api/evaluations/{run_id}").json(),
+        f"evaluation run {run_id} to finish",
+        seconds,
+        0.5,
+        until=lambda run: run["state"] in ("succeeded", "failed"),
+    )
 
 
 def test_a_new_version_that_answers_differently_fails_the_set_and_the_same_weights_agree(

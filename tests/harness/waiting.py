@@ -20,22 +20,34 @@ def wait_until(
     timeout: float = 30.0,
     every: float = 0.1,
     *,
+    until: Callable[[T], object] | None = None,
+    describe: Callable[[T], object] | None = None,
     ignore: tuple[type[BaseException], ...] = (),
     on_timeout: Callable[[], object] | None = None,
 ) -> T:
     """Call ``check`` every ``every`` seconds until it returns something true, and return
-    that; after ``timeout`` seconds fail the test, naming ``what`` and the last value seen (or
-    ``on_timeout()``). Exceptions of the types in ``ignore`` count as not yet."""
+    that; after ``timeout`` seconds fail the test, naming ``what`` and the last value seen
+    (``describe(value)``, or ``on_timeout()``). With ``until``, the value is returned once
+    ``until(value)`` is true instead (a state read each time, then tested). Exceptions of
+    the types in ``ignore`` count as not yet."""
     deadline = time.monotonic() + timeout
     last: object = None
+    seen = False
+
+    def _shown(value: object) -> str:
+        if on_timeout:
+            value = on_timeout()
+        elif describe and seen:
+            value = describe(value)  # type: ignore[arg-type]
+        return value if isinstance(value, str) else repr(value)
+
     while True:
         with contextlib.suppress(*ignore):
-            last = check()
-            if last:
+            last, seen = check(), True
+            if until(last) if until else last:  # type: ignore[arg-type]
                 return last  # type: ignore[return-value]
         if time.monotonic() > deadline:
-            seen = on_timeout() if on_timeout else last
-            pytest.fail(f"waited {timeout:.0f} s for {what}; last seen: {seen!r}")
+            pytest.fail(f"waited {timeout:.0f} s for {what}; last seen: {_shown(last)}")
         time.sleep(every)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import tarfile
-import time
 import zipfile
 
 import numpy as np
@@ -21,6 +20,7 @@ from apps.registry.errors import Rejected
 from apps.registry.models import AdapterVersion
 from apps.registry.storage import get_store
 from apps.tenants import services as tenant_services
+from tests.harness.waiting import wait_until
 from tests.helpers import (
     edit_config,
     edit_tensors,
@@ -41,10 +41,13 @@ def named(data: bytes, name: str) -> io.BytesIO:
 def assert_nothing_stored(within_s: float = 10) -> None:
     """Nothing in the registry: the worker clears a staged upload right after its verdict
     commits (never before: a verdict that rolls back needs it again), so give it a moment."""
-    deadline = time.monotonic() + within_s
-    while keys := [i.key for i in get_store().list("")]:
-        assert time.monotonic() < deadline, keys
-        time.sleep(0.05)
+    wait_until(
+        lambda: [i.key for i in get_store().list("")],
+        "the registry to hold nothing",
+        within_s,
+        0.05,
+        until=lambda keys: not keys,
+    )
 
 
 # --- refused at once -------------------------------------------------------------------------

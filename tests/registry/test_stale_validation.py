@@ -15,6 +15,7 @@ from apps.registry import services, tasks
 from apps.registry.models import AdapterVersion
 from apps.tenants.models import AuditEvent
 from tests.harness.processes import start_worker, stop
+from tests.harness.waiting import wait_until
 from tests.helpers import files_of, key_client, upload, wait_validated
 
 
@@ -77,9 +78,11 @@ def test_a_worker_killed_mid_validation_still_gives_exactly_one_verdict(
             response = upload(tenant, "support", files_of(adapter_files), version=f"k.{attempt}")
             assert response.status_code == 202, response.content
             version_id = response.json()["id"]
-            deadline = time.monotonic() + 30
-            while not validating_now(version_id):
-                assert time.monotonic() < deadline, "the worker never started the validation"
+            wait_until(
+                lambda vid=version_id: validating_now(vid),
+                "the worker to start the validation",
+                every=0,
+            )
             victim.kill()  # SIGKILL: no clean-up, no ack
             victim.wait()
             if AdapterVersion.objects.get(pk=version_id).state == "validating":

@@ -12,6 +12,7 @@ import httpx
 
 from apps.demo import corpus
 from tests.harness.processes import NODE_INTERNAL_TOKEN
+from tests.harness.waiting import wait_until
 
 QUESTION = corpus.UNSEEN_PROMPTS[1]
 
@@ -102,30 +103,28 @@ def inject(url: str, version_id: int, **fault: object) -> None:
 def followed(client, release_id: int, states: tuple[str, ...], seconds: float = 120) -> dict:
     """The release once it reaches one of ``states`` (fails after ``seconds``, with its
     timeline)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        release = client.get(f"/api/releases/{release_id}").json()
-        if release["state"] in states:
-            return release
-        assert time.monotonic() < deadline, (
-            f"release still {release['state']}: {release['last_check']}\n{_events(release)}"
-        )
-        time.sleep(0.2)
+    return wait_until(
+        lambda: client.get(f"/api/releases/{release_id}").json(),
+        f"release {release_id} to reach {' or '.join(states)}",
+        seconds,
+        0.2,
+        until=lambda release: release["state"] in states,
+        describe=lambda release: f"{release['state']}: {release['last_check']}\n{_events(release)}",
+    )
 
 
 def event_of(client, release_id: int, kind: str, seconds: float = 60) -> dict:
     """The release's first event of ``kind``, once it is recorded: a rollback's ``cooled``
     comes after the state has changed, once the nodes have let the candidate go."""
-    deadline = time.monotonic() + seconds
-    while True:
-        release = client.get(f"/api/releases/{release_id}").json()
-        found = [e for e in release["events"] if e["kind"] == kind]
-        if found:
-            return found[0]
-        assert time.monotonic() < deadline, (
-            f"no {kind} event: {release['state']}\n{_events(release)}"
-        )
-        time.sleep(0.2)
+    release = wait_until(
+        lambda: client.get(f"/api/releases/{release_id}").json(),
+        f"a {kind} event of release {release_id}",
+        seconds,
+        0.2,
+        until=lambda release: any(e["kind"] == kind for e in release["events"]),
+        describe=lambda release: f"{release['state']}\n{_events(release)}",
+    )
+    return next(e for e in release["events"] if e["kind"] == kind)
 
 
 def _events(release: dict) -> str:

@@ -16,6 +16,7 @@ from apps.registry.models import AliasEvent
 from apps.telemetry.models import RequestLog
 from apps.tenants import services as tenant_services
 from tests.evaluations.sets import thank_you_cases
+from tests.harness.waiting import wait_until
 from tests.helpers import user_client
 from tests.releases.conftest import Traffic, event_of, followed, inject, node_cache, timeline
 
@@ -239,13 +240,19 @@ def test_a_release_continues_after_its_worker_is_killed_and_its_node_restarts(
             assert (still["state"], still["step"]) == (killed_at["state"], killed_at["step"])
             successor, _ = start_worker(s3_server)
             workers.append(successor)
-            deadline = time.monotonic() + 60
-            while (now := alice.get(f"/api/releases/{release['id']}").json())["step"] < 1:
+
+            def moved_on(now: dict) -> bool:
                 assert now["state"] == "canary", f"release left the canary: {now['outcome']}"
-                assert time.monotonic() < deadline, (
-                    f"the successor never moved the release on; last check: {now['last_check']}"
-                )
-                time.sleep(0.2)
+                return now["step"] >= 1
+
+            wait_until(
+                lambda: alice.get(f"/api/releases/{release['id']}").json(),
+                "the successor to move the release on",
+                60,
+                0.2,
+                until=moved_on,
+                describe=lambda now: now["last_check"],
+            )
         restarted = time.monotonic()
         session_node.stop()
         session_node.start().wait_ready()

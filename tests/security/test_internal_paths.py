@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -18,7 +17,7 @@ from starlette.requests import Request
 
 from apps.fleet import haproxy
 from apps.serving.node.internal_api import from_internal_network
-from tests.harness.waiting import free_port
+from tests.harness.waiting import free_port, wait_until
 
 
 class Backend:
@@ -68,15 +67,12 @@ def router(tmp_path) -> Iterator[tuple[str, Backend]]:
     )
     proc = subprocess.Popen([binary, "-W", "-db", "-f", str(config)], stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 15
-        while True:  # up, and its check has found the backend
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "HAProxy did not come up"
-            time.sleep(0.1)
+        wait_until(  # up, and its check has found the backend
+            lambda: httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200,
+            "HAProxy to come up",
+            15,
+            ignore=(httpx.HTTPError,),
+        )
         yield f"http://127.0.0.1:{port}", backend
     finally:
         proc.terminate()

@@ -64,13 +64,16 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, event: str, timeout: float = 15) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [c for c in self.calls if c["headers"]["X-Lorahub-Event"] == event]
-            if found and found[-1]["headers"]["X-Lorahub-Delivery"] in self.processed:
-                return found
-            assert time.monotonic() < deadline, f"no {event} arrived: {self.calls}"
-            time.sleep(0.05)
+        return wait_until(
+            lambda: [c for c in self.calls if c["headers"]["X-Lorahub-Event"] == event],
+            f"a {event} webhook",
+            timeout,
+            0.05,
+            until=lambda found: (
+                found and found[-1]["headers"]["X-Lorahub-Delivery"] in self.processed
+            ),
+            on_timeout=lambda: self.calls,
+        )
 
 
 @pytest.fixture
@@ -191,10 +194,12 @@ def test_a_rollback_reaches_a_real_receiver_within_5_s_retried_once_processed_on
     receiver.wait_for("release.started")
     # the worker judges a release as it starts (queue_judgement): that judgement must be over
     # before this test judges, or it holds the row ("busy") or counts the failures below too
-    deadline = time.monotonic() + 60
-    while Release.objects.get(pk=release.pk).last_judged_at is None:
-        assert time.monotonic() < deadline, "the worker never judged the started release"
-        time.sleep(0.05)
+    wait_until(
+        lambda: Release.objects.get(pk=release.pk).last_judged_at,
+        "the worker to judge the started release",
+        60,
+        0.05,
+    )
     Release.objects.filter(pk=release.pk).update(
         step_started_at=timezone.now() - timedelta(seconds=2)
     )

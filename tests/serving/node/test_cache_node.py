@@ -79,15 +79,13 @@ class Cache:
             cache["cpu_warm"]["ttl_minutes"] * 60.0,
             cache["load_queue"]["max_pending"],
         )
-        deadline = time.monotonic() + 10
-        while True:
+
+        def running() -> tuple:
             state = self.state()
             limits = state["limits"]
-            running = (state["policy"], limits["warm_ttl_s"], limits["max_pending_loads"])
-            if running == wanted:
-                return
-            assert time.monotonic() < deadline, f"the node still runs {running}, not {wanted}"
-            time.sleep(0.05)
+            return (state["policy"], limits["warm_ttl_s"], limits["max_pending_loads"])
+
+        wait_until(running, f"the node to run {wanted}", 10, 0.05, until=lambda now: now == wanted)
 
     def metric(self, name: str, **labels: str) -> float:
         return node_metric(self.url, name, **labels)
@@ -124,10 +122,12 @@ def cache(node_url, published, tenant_a, tenant_b, reviewer, operator, demo_dir)
     # A node's first adapter load also warms the engine's LoRA path, which on a busy 2-core
     # machine (the other lanes starting engines) has passed the 30 s load deadline: it is
     # done here, untimed, and the tiers emptied after it.
-    deadline = time.monotonic() + 180
-    while ask(a_key, node_url, "support").status_code == 503:
-        assert time.monotonic() < deadline, "the node never loaded support@v1"
-        time.sleep(1)
+    wait_until(
+        lambda: ask(a_key, node_url, "support").status_code != 503,
+        "the node to load support@v1",
+        180,
+        1,
+    )
     assert driver.internal("evict", {"all": True, "tier": "L3"}).status_code == 200
     assert driver.in_engine() == set() and driver.on_disk() == set()
     driver.versions = versions  # type: ignore[attr-defined]
@@ -339,10 +339,9 @@ def test_an_idle_adapter_leaves_the_engine_after_its_ttl_and_stays_on_disk(cache
     v = cache.versions["x0"]
     assert tier_of(ask(cache.keys["a"], cache.url, "x0")) == "L4"
     assert v in cache.in_engine()
-    deadline = time.monotonic() + 10
-    while v in cache.in_engine():
-        assert time.monotonic() < deadline, "the idle adapter outlived its TTL"
-        time.sleep(0.2)
+    wait_until(
+        lambda: v not in cache.in_engine(), "the idle adapter to leave after its TTL", 10, 0.2
+    )
     assert v in cache.on_disk()
     assert tier_of(ask(cache.keys["a"], cache.url, "x0")) == "L3"
 
@@ -401,13 +400,14 @@ def test_overload_degrades_to_the_base_model_or_answers_503_by_tenant_tier(
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "load_deadline"
     assert int(refused.headers["retry-after"]) >= 1
-    deadline = time.monotonic() + 10
-    while True:  # the retry the header asks for finds it loaded
-        retried = ask(c_key, cache.url, "legal", max_tokens=12)
-        if retried.status_code == 200:
-            break
-        assert time.monotonic() < deadline, retried.text
-        time.sleep(0.2)
+    retried = wait_until(  # the retry the header asks for finds it loaded
+        lambda: ask(c_key, cache.url, "legal", max_tokens=12),
+        "a retry to find legal loaded",
+        10,
+        0.2,
+        until=lambda retried: retried.status_code == 200,
+        describe=lambda retried: retried.text,
+    )
     assert retried.json()["choices"][0]["text"].strip().startswith(corpus.PHRASES["legal-v1"])
 
 
@@ -440,10 +440,12 @@ def test_prewarm_loads_the_most_requested_versions(cache, tenant_a):
     tier_of(ask(cache.keys["a"], cache.url, "x0"))
     from apps.telemetry.models import RequestMinute
 
-    deadline = time.monotonic() + 10
-    while not RequestMinute.objects.filter(tenant=tenant_a, alias="x0").exists():
-        assert time.monotonic() < deadline, "request statistics were not written"
-        time.sleep(0.2)
+    wait_until(
+        lambda: RequestMinute.objects.filter(tenant=tenant_a, alias="x0").exists(),
+        "the request statistics to be written",
+        10,
+        0.2,
+    )
     assert cache.internal("evict", {"all": True, "tier": "L3"}).status_code == 200
     warmed = cache.internal("prewarm", {}).json()["warmed"]
     assert warmed[:2] == ["support@v1", "extra-0@v1"]  # most requested first
@@ -502,10 +504,7 @@ def test_replaying_the_node_s_own_request_log_reproduces_the_tiers_it_reported(c
         node_tiers.append(tier_of(ask(key, cache.url, model)))
     assert {"L1", "L2", "L3", "L4"} <= set(node_tiers), node_tiers  # every tier took part
     ours = RequestLog.objects.filter(at__gte=started, tier__in=("L1", "L2", "L3", "L4"))
-    deadline = time.monotonic() + 20
-    while ours.count() < len(sequence):
-        assert time.monotonic() < deadline, "the node's request log never caught up"
-        time.sleep(0.2)
+    wait_until(lambda: ours.count() >= len(sequence), "the node's request log to catch up", 20, 0.2)
 
     trace = trace_from_log(since_hours=(datetime.now(UTC) - started).total_seconds() / 3600)
     assert trace.tiers == node_tiers  # the log holds what the headers said

@@ -26,7 +26,7 @@ from tests.harness.processes import (
     NodeProcess,
     stop,
 )
-from tests.harness.waiting import free_port, wait_for_port
+from tests.harness.waiting import free_port, wait_for_port, wait_until
 from tests.helpers import node_metric, publish
 
 pytestmark = [pytest.mark.engine, pytest.mark.own_nodes, pytest.mark.faults]
@@ -83,18 +83,21 @@ def private_s3(settings) -> Iterator[tuple[subprocess.Popen, str]]:
 
 def serves(node: NodeProcess, tenant: str, version_id: int, within: float) -> None:
     """Wait until the node's alias table has ``support`` of ``tenant`` on ``version_id``."""
-    deadline = time.monotonic() + within
-    while True:
-        answer = httpx.get(
+    wait_until(
+        lambda: httpx.get(
             f"{node.url}/internal/alias",
             params={"tenant": tenant, "alias": "support"},
             headers={"Authorization": f"Bearer {NODE_INTERNAL_TOKEN}"},
             timeout=10,
-        )
-        if answer.status_code == 200 and answer.json()["stable_version_id"] == version_id:
-            return
-        assert time.monotonic() < deadline, f"the node still serves {answer.text}"
-        time.sleep(0.05)
+        ),
+        f"the node to serve version {version_id}",
+        within,
+        0.05,
+        until=lambda answer: (
+            answer.status_code == 200 and answer.json()["stable_version_id"] == version_id
+        ),
+        describe=lambda answer: f"the node still serves {answer.text}",
+    )
 
 
 def ask(node: NodeProcess, key: str) -> httpx.Response:
@@ -110,13 +113,16 @@ def answered_by_adapter(node: NodeProcess, key: str, within: float = 90) -> http
     """The first answer not degraded to the base model, within ``within`` seconds: after an
     outage, and before one, where a first load on a loaded machine may miss the 8 s deadline
     (the load goes on meanwhile)."""
-    deadline = time.monotonic() + within
-    while True:
-        answer = ask(node, key)
-        if answer.status_code == 200 and "x-lorahub-degraded" not in answer.headers:
-            return answer
-        assert time.monotonic() < deadline, f"no adapter answered: {answer.text}"
-        time.sleep(0.5)
+    return wait_until(
+        lambda: ask(node, key),
+        "an answer from the adapter",
+        within,
+        0.5,
+        until=lambda answer: (
+            answer.status_code == 200 and "x-lorahub-degraded" not in answer.headers
+        ),
+        describe=lambda answer: answer.text,
+    )
 
 
 def test_an_s3_outage_keeps_cached_adapters_serving_and_heals_by_itself(
@@ -215,10 +221,7 @@ def test_a_node_killed_mid_landing_uses_nothing_half_landed_after_its_restart(
         node.wait_ready()
         os.kill(s3.pid, signal.SIGSTOP)  # the download will hang half-way
         assert ask(node, key).headers.get("x-lorahub-degraded") == "1"  # meanwhile: base
-        deadline = time.monotonic() + 30
-        while not list(cache.glob("t*/*/.landing-*")):
-            assert time.monotonic() < deadline, "no landing started"
-            time.sleep(0.1)
+        wait_until(lambda: list(cache.glob("t*/*/.landing-*")), "a landing to start")
         node.kill()  # mid-landing
         half = list(cache.glob("t*/*/.landing-*"))
         assert half, "the half-landed folder should still be there after the kill"
@@ -273,13 +276,13 @@ def test_with_redis_down_the_node_serves_and_alias_moves_still_arrive(
 
     def follows(version: str, within: float) -> float:
         started = time.monotonic()
-        while True:
-            answer = ask(node, key)
+
+        def served(answer: httpx.Response) -> bool:
             assert answer.status_code == 200, answer.text
-            if answer.headers["x-lorahub-adapter"] == f"support@{version}":
-                return time.monotonic() - started
-            assert time.monotonic() - started < within, f"still not {version}"
-            time.sleep(0.1)
+            return answer.headers["x-lorahub-adapter"] == f"support@{version}"
+
+        wait_until(lambda: ask(node, key), f"support@{version} to answer", within, until=served)
+        return time.monotonic() - started
 
     point("v1")
     (tmp_path / "node").mkdir()
@@ -302,12 +305,13 @@ def test_with_redis_down_the_node_serves_and_alias_moves_still_arrive(
         wait_for_port(port, redis)
         events._client.cache_clear()
         listeners = redis_client.Redis(port=port)
-        deadline = time.monotonic() + 15
-        while not dict(listeners.pubsub_numsub(settings.LORAHUB_EVENTS_CHANNEL)).get(
-            settings.LORAHUB_EVENTS_CHANNEL.encode()
-        ):
-            assert time.monotonic() < deadline, "the node did not subscribe again"
-            time.sleep(0.1)
+        wait_until(
+            lambda: dict(listeners.pubsub_numsub(settings.LORAHUB_EVENTS_CHANNEL)).get(
+                settings.LORAHUB_EVENTS_CHANNEL.encode()
+            ),
+            "the node to subscribe again",
+            15,
+        )
         listeners.close()
         point("v1")
         follows("v1", within=5)
@@ -323,10 +327,13 @@ def postgres(action: str) -> None:
     version = sorted(os.listdir("/etc/postgresql"), key=lambda v: [int(p) for p in v.split(".")])
     command = ["pg_ctlcluster", "--skip-systemctl-redirect", version[-1], "main", action]
     subprocess.run([*command, *(["-m", "fast"] if action == "stop" else [])], check=True)
-    deadline = time.monotonic() + 60
-    while action == "start" and subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode:
-        assert time.monotonic() < deadline, "PostgreSQL did not come back"
-        time.sleep(0.2)
+    if action == "start":
+        wait_until(
+            lambda: subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1"]).returncode == 0,
+            "PostgreSQL to come back",
+            60,
+            0.2,
+        )
 
 
 @pytest.mark.outage
@@ -384,21 +391,23 @@ def test_a_postgresql_restart_keeps_known_callers_served_and_loses_no_statistics
             connections.close_all()  # this process's connection died with the server
         back = time.monotonic()
 
-        deadline = time.monotonic() + 60
-        while True:  # the node reconnects by itself: the unseen key now works
+        def unseen_served() -> bool:  # the node reconnects by itself: the unseen key works
+            nonlocal answered
             answer = ask(node, unseen)
             answered += 1
-            if answer.status_code == 200:
-                break
-            assert answer.status_code == 503, answer.text
-            assert time.monotonic() < deadline, "the node did not reconnect to PostgreSQL"
-            time.sleep(0.5)
+            assert answer.status_code in (200, 503), answer.text
+            return answer.status_code == 200
+
+        wait_until(unseen_served, "the node to reconnect to PostgreSQL", 60, 0.5)
         reconnected = time.monotonic() - back
 
-        deadline = time.monotonic() + 60
-        while (written := RequestLog.objects.filter(node="pg-fault-node").count()) < answered:
-            assert time.monotonic() < deadline, f"{written} of {answered} requests in the log"
-            time.sleep(0.5)
+        written = wait_until(
+            lambda: RequestLog.objects.filter(node="pg-fault-node").count(),
+            f"all {answered} requests in the log",
+            60,
+            0.5,
+            until=lambda written: written >= answered,
+        )
         dropped = node_metric(node.url, "request_stats_dropped_total")
         assert written + dropped == answered, (written, dropped, answered)
         assert dropped == 0
@@ -465,18 +474,19 @@ def test_a_full_disk_cache_evicts_to_make_room_or_fails_the_load_cleanly(
         assert answer.status_code == 200, answer.text
 
     def served(alias: str, version: str) -> httpx.Response:
-        deadline = time.monotonic() + 10
-        while True:  # until the node has followed the alias move (broadcast)
-            answer = httpx.post(
+        return wait_until(  # until the node has followed the alias move (broadcast)
+            lambda: httpx.post(
                 f"{node.url}/v1/completions",
                 headers={"Authorization": f"Bearer {key}"},
                 json={"model": alias, "prompt": PROMPT, "max_tokens": 8, "temperature": 0},
                 timeout=60,
-            )
-            if answer.headers.get("x-lorahub-adapter") == f"support@{version}":
-                return answer
-            assert time.monotonic() < deadline, (answer.status_code, answer.text)
-            time.sleep(0.2)
+            ),
+            f"support@{version} to answer",
+            10,
+            0.2,
+            until=lambda answer: answer.headers.get("x-lorahub-adapter") == f"support@{version}",
+            describe=lambda answer: (answer.status_code, answer.text),
+        )
 
     def on_disk() -> list[str]:
         return sorted(s.parent.name.split("@")[0] for s in small_disk.glob("t*/*/*/.seal.json"))

@@ -31,11 +31,15 @@ def serves_within(client, phrase: str, seconds: float = 10.0) -> float:
     """Seconds until the node answers with ``phrase`` (fails after ``seconds``). The bound is
     generous on purpose: how fast a move arrives is measured by bench/alias_moves.py."""
     started = time.monotonic()
-    while True:
-        text, _ = complete(client)
-        if text.startswith(phrase):
-            return time.monotonic() - started
-        assert time.monotonic() - started < seconds, f"still answering {text!r}"
+    wait_until(
+        lambda: complete(client)[0],
+        f"an answer starting {phrase!r}",
+        seconds,
+        every=0,
+        until=lambda text: text.startswith(phrase),
+        describe=lambda text: f"answering {text!r}",
+    )
+    return time.monotonic() - started
 
 
 def test_alias_answers_with_its_version_and_moves_take_effect(world):
@@ -82,12 +86,15 @@ def test_with_prefix_caching_an_alias_moved_between_versions_answers_with_each_o
     prompt = corpus.completion_prompt(f"{preamble} {QUESTION}")
 
     def answer(label: str) -> str:
-        deadline = time.monotonic() + 10  # the node follows a move (broadcast)
-        while True:
-            text, headers = complete(a, prompt=prompt)
-            if headers["x-lorahub-adapter"] == label:
-                return text
-            assert time.monotonic() < deadline, f"still served by {headers['x-lorahub-adapter']}"
+        text, _ = wait_until(  # the node follows a move (broadcast)
+            lambda: complete(a, prompt=prompt),
+            f"{label} to answer",
+            10,
+            every=0,
+            until=lambda answer: answer[1]["x-lorahub-adapter"] == label,
+            describe=lambda answer: f"served by {answer[1]['x-lorahub-adapter']}",
+        )
+        return text
 
     v1 = answer("support@v1")
     assert answer("support@v1") == v1  # from the prefix cache now
@@ -122,9 +129,12 @@ def test_a_fifty_percent_canary_splits_by_request_key_and_sticks_per_key(world, 
     share = sum(label == "support@v2" for label in expected.values()) / len(expected)
     assert 0.3 <= share <= 0.7, share  # about half of the keys get the canary
     canary_key = next(k for k, label in expected.items() if label == "support@v2")
-    deadline = time.monotonic() + 10  # the node follows the change (broadcast)
-    while complete(a, user=canary_key)[1]["x-lorahub-adapter"] != "support@v2":
-        assert time.monotonic() < deadline, "the node never started the canary"
+    wait_until(  # the node follows the change (broadcast)
+        lambda: complete(a, user=canary_key)[1]["x-lorahub-adapter"] == "support@v2",
+        "the node to start the canary",
+        10,
+        every=0,
+    )
     for user, label in list(expected.items())[:12]:
         text, headers = complete(a, user=user)
         assert headers["x-lorahub-adapter"] == label, user  # the split the alias defines
@@ -212,9 +222,13 @@ def test_a_key_that_expires_is_refused_by_the_node_within_a_second(world, tenant
     while datetime.now(UTC) < expires - timedelta(seconds=0.5):
         assert httpx.get(models, headers=headers).status_code == 200
         time.sleep(0.1)
-    while (response := httpx.get(models, headers=headers)).status_code == 200:
-        assert datetime.now(UTC) - expires < timedelta(seconds=1), "served after its expiry"
-        time.sleep(0.05)
+    response = wait_until(  # within a second of its expiry
+        lambda: httpx.get(models, headers=headers),
+        "the expired key to be refused",
+        (expires + timedelta(seconds=1) - datetime.now(UTC)).total_seconds(),
+        0.05,
+        until=lambda response: response.status_code != 200,
+    )
     print(f"\nrefused {(datetime.now(UTC) - expires).total_seconds():.3f} s after the expiry")
     assert response.status_code == 401
     error = response.json()["error"]
@@ -239,14 +253,15 @@ def test_a_version_that_is_not_approved_and_signed_is_never_served(world, tenant
 def refused_once_the_change_arrives(client, seconds: float = 10.0) -> str:
     """The error code of the first refusal after a published change (which the node applies
     asynchronously); fails if the node still serves after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def refusal() -> str | None:
         try:
             complete(client)
         except openai.PermissionDeniedError as refused:
             return refused.response.json()["error"]["code"]
-        assert time.monotonic() < deadline, f"still served {seconds:.0f} s after the change"
-        time.sleep(0.05)
+        return None
+
+    return wait_until(refusal, "the node to refuse after the change", seconds, 0.05)
 
 
 def test_streamed_chat_and_completions_end_with_done(world):
@@ -450,11 +465,8 @@ def test_each_answer_leaves_its_quality_markers_in_the_log_and_the_metrics(world
     refused = ask(max_tokens=4, stop=["", "x"])
     assert refused.status_code == 400
 
-    deadline = time.monotonic() + 10
     rows = RequestLog.objects.filter(tenant=tenant_a, id__gt=last_id).order_by("id")
-    while rows.count() < 4:
-        assert time.monotonic() < deadline, "request statistics were not written"
-        time.sleep(0.2)
+    wait_until(lambda: rows.count() >= 4, "the request statistics to be written", 10, 0.2)
     logged = list(rows)
     assert [r.finish_reason for r in logged] == [
         "length",
@@ -501,17 +513,22 @@ def test_keys_and_tokens_never_reach_the_logs(world, node_work, tenant_a, caplog
         Client(HTTP_AUTHORIZATION=f"Bearer {key}").get("/api/aliases")
     # wait until the node has written what these requests make it write: an access line each
     # and the statistics of the ones it served (written in the background)
-    deadline = time.monotonic() + 15
-    while True:
+
+    def written() -> str:
         with log.open("rb") as fh:
             fh.seek(before)
-            node_lines = fh.read().decode(errors="replace")
-        if node_lines.count(' HTTP/1.1" ') >= 4 * len(secrets_used) and (
-            RequestLog.objects.count() > logged_before
-        ):
-            break
-        assert time.monotonic() < deadline, "the node did not log these requests"
-        time.sleep(0.1)
+            return fh.read().decode(errors="replace")
+
+    node_lines = wait_until(
+        written,
+        "the node to log these requests",
+        15,
+        until=lambda lines: (
+            lines.count(' HTTP/1.1" ') >= 4 * len(secrets_used)
+            and RequestLog.objects.count() > logged_before
+        ),
+        describe=lambda lines: f"{lines.count(' HTTP/1.1')} access lines",
+    )
     assert node_lines, "the node logged nothing for these requests"
     for secret in secrets_used:
         assert secret not in node_lines
@@ -573,14 +590,7 @@ def test_a_tampered_registry_object_quarantines_the_version_until_an_operator_li
         .status_code
         == 200
     )
-    deadline = time.monotonic() + 1.0
-    while True:
-        try:
-            complete(world["a"])
-        except openai.PermissionDeniedError as refused:
-            assert refused.response.json()["error"]["code"] == "quarantined"
-            break
-        assert time.monotonic() < deadline, "the tampered version was served"
+    assert refused_once_the_change_arrives(world["a"], 1.0) == "quarantined"
     assert node_metric(world["url"], "adapter_integrity_failures_total", tier="L4") >= 1
     # the node reported it; the control plane checks the report (a registered node: the node
     # registers again within a heartbeat of a test's table flush), then audits and announces it
@@ -613,10 +623,7 @@ def test_a_tampered_registry_object_quarantines_the_version_until_an_operator_li
     assert AuditEvent.objects.filter(
         action="version.quarantine_lift", object_id=str(v3.pk), note="restored from backup"
     ).exists()
-    deadline = time.monotonic() + 10
-    while complete_status(world) != 200:
-        assert time.monotonic() < deadline, "the lifted version is still refused"
-        time.sleep(0.1)
+    wait_until(lambda: complete_status(world) == 200, "the lifted version to be served", 10)
     assert v3.pk not in internal(world, "cache").json()["quarantined"]
     assert otto.get("/api/quarantines").json() == []
     [closed] = otto.get("/api/quarantines?include_lifted=true").json()
@@ -724,23 +731,23 @@ def test_a_new_canary_is_landed_before_traffic_and_a_replaced_version_leaves_the
         .status_code
         == 200
     )
-    deadline = time.monotonic() + 10
-    while folder not in {row["folder"] for row in internal(world, "cache").json()["tiers"]["L3"]}:
-        assert time.monotonic() < deadline, "the canary was not landed on disk"
-        time.sleep(0.1)
+    wait_until(
+        lambda: folder in {row["folder"] for row in internal(world, "cache").json()["tiers"]["L3"]},
+        "the canary to be landed on disk",
+        10,
+    )
     assert (
         world["control"]
         .post("/api/aliases/support/promote", {}, content_type="application/json")
         .status_code
         == 200
     )
-    deadline = time.monotonic() + 10
-    while True:
-        tiers = internal(world, "cache").json()["tiers"]
-        if v1 not in {r["version_id"] for r in tiers["L1"] + tiers["L2"]}:
-            break
-        assert time.monotonic() < deadline, "the replaced version stayed in the engine"
-        time.sleep(0.1)
+    tiers = wait_until(
+        lambda: internal(world, "cache").json()["tiers"],
+        "the replaced version to leave the engine",
+        10,
+        until=lambda tiers: v1 not in {r["version_id"] for r in tiers["L1"] + tiers["L2"]},
+    )
     assert f"t{tenant_a.id}/support/v1@r1" in {row["folder"] for row in tiers["L3"]}
     text, headers = complete(world["a"])
     # landed on disk as a canary, never loaded: the first request loads it from L3
@@ -769,10 +776,12 @@ def test_a_client_that_disconnects_mid_stream_stops_its_generation(world):
             if line.startswith("data: {"):
                 break  # one token arrived; now hang up with ~480 tokens still to go
     assert node_metric(url, "engine_requests_in_flight") <= 1
-    deadline = time.monotonic() + 5
-    while node_metric(url, "engine_requests_in_flight") > 0:
-        assert time.monotonic() < deadline, "the generation kept running after the disconnect"
-        time.sleep(0.05)
+    wait_until(
+        lambda: node_metric(url, "engine_requests_in_flight") == 0,
+        "the generation to stop after the disconnect",
+        5,
+        0.05,
+    )
 
 
 def test_a_rollback_under_running_streams_lets_them_finish_and_sends_new_requests_back(world):
@@ -851,8 +860,8 @@ def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
     assert '"code":"engine_restarting"' in ended["text"].replace(" ", ""), ended
     assert not ended["done"]
     statuses = []
-    deadline = time.monotonic() + 240
-    while True:
+
+    def recovered() -> httpx.Response | None:
         response = httpx.post(
             f"{url}/v1/completions",
             headers={"Authorization": f"Bearer {world['a_key']}"},
@@ -861,12 +870,15 @@ def test_the_node_restarts_a_dead_engine_and_answers_503_meanwhile(world):
         )
         statuses.append(response.status_code)
         if response.status_code == 200 and 503 in statuses:
-            break
+            return response
         assert response.status_code in (200, 503), response.text
         if response.status_code == 503:
             assert response.headers["retry-after"]
-        assert time.monotonic() < deadline, f"no recovery: {statuses[-5:]}"
-        time.sleep(0.5)
+        return None
+
+    response = wait_until(
+        recovered, "the engine to recover", 240, 0.5, on_timeout=lambda: statuses[-5:]
+    )
     assert response.json()["choices"][0]["text"].strip().startswith(V1)
     assert httpx.get(f"{url}/healthz").json()["engine"] == "ready"
 
@@ -914,10 +926,12 @@ def test_a_tenant_flooding_the_node_does_not_hold_back_another_s_first_token(wor
     tokens: list[list[float]] = [[] for _ in range(seats)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=seats) as pool:
         flood = [pool.submit(timed_stream, url, a_key, "support", 128, t) for t in tokens]
-        deadline = time.monotonic() + 60  # until every one of A's streams is generating
-        while not all(len(t) >= 4 for t in tokens):
-            assert time.monotonic() < deadline, "the flood never started"
-            time.sleep(0.02)
+        wait_until(
+            lambda: all(len(t) >= 4 for t in tokens),
+            "every one of A's streams to be generating",
+            60,
+            0.02,
+        )
         quiet = timed_stream(url, b_key, base, 4)
         streams = [f.result() for f in flood]
     ttft = quiet["arrivals"][0] - quiet["started"]
@@ -1003,7 +1017,8 @@ def test_a_request_is_one_trace_under_the_callers_traceparent_with_each_step(wor
     before = {s.trace_id for s in otlp.spans}
     _, headers = complete(world["a"])
     assert headers["x-lorahub-adapter"] == "support@v1"
-    deadline = time.monotonic() + 20
-    while not [s for s in otlp.spans if s.name == "lorahub.engine" and s.trace_id not in before]:
-        assert time.monotonic() < deadline, "the second request sent no trace of its own"
-        time.sleep(0.1)
+    wait_until(
+        lambda: [s for s in otlp.spans if s.name == "lorahub.engine" and s.trace_id not in before],
+        "the second request's own trace",
+        20,
+    )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import time
 
 import httpx
 import pytest
@@ -23,7 +22,7 @@ from apps.demo import corpus
 from apps.serving.node.engine import EngineSettings
 from apps.tenants import services as tenant_services
 from tests.harness.processes import stop
-from tests.harness.waiting import free_port
+from tests.harness.waiting import free_port, wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -55,17 +54,15 @@ def stock(demo_dir, tmp_path_factory):
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
+
+    def healthy() -> bool:
+        assert proc.poll() is None, f"stock vLLM exited; see {log}"
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, f"stock vLLM exited; see {log}"
-            assert time.monotonic() < deadline, f"stock vLLM did not start; see {log}"
-            time.sleep(0.5)
+        wait_until(
+            healthy, f"stock vLLM to start (see {log})", 240, 0.5, ignore=(httpx.TransportError,)
+        )
         yield url
     finally:
         stop(proc)

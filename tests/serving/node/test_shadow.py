@@ -11,6 +11,7 @@ import pytest
 from apps.registry.contracts import canary_bucket
 from apps.registry.models import AdapterVersion, Alias
 from apps.telemetry.models import ShadowExample, ShadowMinute
+from tests.harness.waiting import wait_until
 from tests.helpers import node_metric
 from tests.serving.node.calls import PROMPT, V1, V2, complete, internal
 
@@ -28,21 +29,24 @@ def set_shadow(world, version: str | None, percent: int = 0, keep_examples: bool
         content_type="application/json",
     )
     assert answer.status_code == 200, answer.content
-    deadline = time.monotonic() + 5  # the node follows within a second
-    while internal(world, "alias?tenant=tenant-a&alias=support").json()["shadow_percent"] != (
-        percent if version else 0
-    ):
-        assert time.monotonic() < deadline, "the node did not follow the shadow"
-        time.sleep(0.05)
+    wait_until(  # the node follows within a second
+        lambda: (
+            internal(world, "alias?tenant=tenant-a&alias=support").json()["shadow_percent"]
+            == (percent if version else 0)
+        ),
+        "the node to follow the shadow",
+        5,
+        0.05,
+    )
 
 
 def shadow_totals(wanted: int, seconds: float = 30) -> dict[str, int]:
     """The shadow rows' counts once ``wanted`` copies are accounted for (written every 2 s,
     after each copy has run)."""
-    deadline = time.monotonic() + seconds
-    while True:
+
+    def totals() -> dict[str, int]:
         rows = list(ShadowMinute.objects.all())
-        totals = {
+        found = {
             name: sum(getattr(r, name) for r in rows)
             for name in (
                 "mirrored",
@@ -53,11 +57,16 @@ def shadow_totals(wanted: int, seconds: float = 30) -> dict[str, int]:
                 "dropped_budget",
             )
         }
-        totals["similarity_sum"] = sum(r.similarity_sum for r in rows)
-        if totals["mirrored"] + totals["dropped_busy"] + totals["dropped_budget"] >= wanted:
-            return totals
-        assert time.monotonic() < deadline, f"only {totals} of {wanted} copies recorded"
-        time.sleep(0.25)
+        found["similarity_sum"] = sum(r.similarity_sum for r in rows)
+        return found
+
+    return wait_until(
+        totals,
+        f"{wanted} copies to be recorded",
+        seconds,
+        0.25,
+        until=lambda t: t["mirrored"] + t["dropped_busy"] + t["dropped_budget"] >= wanted,
+    )
 
 
 def test_half_the_requests_are_mirrored_and_callers_only_get_the_stable_answer(world):

@@ -3,8 +3,6 @@ shown and plotted, and a chosen policy and capacities go to the cache configurat
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from apps.serving import config
@@ -12,18 +10,20 @@ from apps.serving.models import ReplayRun
 from apps.serving.replay.run import Spec
 from apps.serving.replay_views import ReplayForm
 from apps.tenants.models import AuditEvent
+from tests.harness.waiting import wait_until
 from tests.helpers import user_client
 from tests.serving.replay.specs import SMALL
 
 
 def wait_until_finished(run_id: int, seconds: float = 60) -> ReplayRun:
-    deadline = time.monotonic() + seconds
-    while True:
-        row = ReplayRun.objects.get(pk=run_id)
-        if row.state in (ReplayRun.State.DONE, ReplayRun.State.FAILED):
-            return row
-        assert time.monotonic() < deadline, f"replay {run_id} still {row.state} at {row.step!r}"
-        time.sleep(0.2)
+    return wait_until(
+        lambda: ReplayRun.objects.get(pk=run_id),
+        f"replay {run_id} to finish",
+        seconds,
+        0.2,
+        until=lambda row: row.state in (ReplayRun.State.DONE, ReplayRun.State.FAILED),
+        describe=lambda row: f"{row.state} at {row.step!r}",
+    )
 
 
 @pytest.mark.django_db(transaction=True)
