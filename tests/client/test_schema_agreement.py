@@ -9,7 +9,8 @@ import copy
 from typing import Any
 
 import pytest
-from lorahub_client.client import DOWNLOADS, ENDPOINTS
+from lorahub_client.client import ENDPOINTS
+from lorahub_client.downloads import DOWNLOADS
 
 from lorahub.api import api
 

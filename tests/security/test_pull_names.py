@@ -98,13 +98,14 @@ def test_the_default_folder_is_refused_when_the_label_is_a_path(
     hostile_server, tmp_path, monkeypatch
 ):
     from lorahub_client import cli
+    from lorahub_client.cli import adapters
     from typer.testing import CliRunner
 
     url, served = hostile_server
     hostile = version_listing("adapter_config.json", label_version="../../../escaped")
     monkeypatch.chdir(tmp_path)
     # what the hostile server resolves the reference to
-    monkeypatch.setattr(cli, "version_to_pull", lambda api, ref: hostile)
+    monkeypatch.setattr(adapters, "version_to_pull", lambda api, ref: hostile)
     result = CliRunner().invoke(
         cli.app, ["pull", "acme/support@x"], env={"LORAHUB_URL": url, "LORAHUB_API_KEY": "k"}
     )

@@ -6,39 +6,32 @@
     version = client.wait_for_verdict(version.id)      # pending_review, or Rejected raised
     client.canary("support", version.id, percent=10, reason="first look")
 
-Every call retries what is safe to retry, a bounded number of times: a connection that could
-not be opened (nothing was sent), and answers 429/502/503/504, waiting what ``Retry-After``
-says (capped) or backing off exponentially. Reads (GET) are also retried when the connection
-broke mid-answer. Errors are raised as ``errors.*`` with the server's code and message.
+Its methods are the API's endpoints (``ENDPOINTS``); how a request is sent and retried is
+``transport.py``, a PEFT folder's upload parts ``peft.py``, a version's download
+``downloads.py``. Errors are raised as ``errors.*`` with the server's code and message.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import httpx
-import tenacity
 from pydantic import BaseModel, TypeAdapter
 
-from lorahub_client import __version__
+from lorahub_client import downloads
+from lorahub_client.downloads import DOWNLOADS
 from lorahub_client.errors import (
-    ApiError,
     LorahubError,
     NotFound,
-    Refused,
     Rejected,
     TimedOut,
-    Unauthorized,
-    Unavailable,
 )
 from lorahub_client.models import (
     Adapter,
@@ -55,6 +48,8 @@ from lorahub_client.models import (
     Usage,
     Version,
 )
+from lorahub_client.peft import CountingFile, adapter_files
+from lorahub_client.transport import Transport
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]  # (bytes sent, bytes in all)
@@ -99,51 +94,7 @@ ENDPOINTS: dict[str, tuple[str, str, type[BaseModel], bool]] = {
     "usage": ("GET", "/api/usage", Usage, False),
 }
 
-# What the client downloads (not JSON): an approved version's files and its OpenSSF
-# model-signing bundle, and the public key that checks bundles. The schema-agreement test
-# checks that the server documents each.
-DOWNLOADS: dict[str, tuple[str, str]] = {
-    "version_file": ("GET", "/api/versions/{version_id}/files/{name}"),
-    "public_key": ("GET", "/api/signing-keys/lorahub.pub"),
-    "usage_csv": ("GET", "/api/usage.csv"),
-}
-BUNDLE_NAME = "model.sig"
-
-# What a PEFT folder holds that the registry takes: its config and safetensors weights. Pickled
-# weights are sent too when they are all there is, so that the server's refusal says why.
-CONFIG_NAME = "adapter_config.json"
-WEIGHT_NAMES = ("adapter_model.safetensors",)
-PICKLED_WEIGHT_NAMES = ("adapter_model.bin", "adapter_model.pt", "adapter_model.pth")
-ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
 FINISHED_RUN_STATES = frozenset({"succeeded", "failed"})
-
-
-def check_file_name(name: str, label: str) -> str:
-    """``name`` if it is a plain file name that stays inside the folder it is written to; a
-    ``LorahubError`` for anything else (a path, ``..``, an absolute or Windows path, a control
-    character), which only a broken or hostile server sends."""
-    bad = (
-        not name
-        or name in (".", "..")
-        or "/" in name
-        or "\\" in name
-        or ":" in name
-        or any(ord(c) < 32 for c in name)
-        or name == BUNDLE_NAME
-    )
-    if bad:
-        raise LorahubError(
-            f"the server lists a file {name!r} for {label!r}, which is not a plain file name; "
-            "nothing was written (report this to the platform's operators)"
-        )
-    return name
-
-
-class _RetryableAnswer(Exception):
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"{response.status_code}")
-        self.response = response
 
 
 @dataclass(frozen=True)
@@ -159,50 +110,6 @@ class ChatAnswer:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def adapter_files(folder: Path) -> tuple[list[Path], list[str]]:
-    """The files of a PEFT output folder (as ``save_pretrained`` writes it) that make the
-    upload, and the names left out (a model card, tokenizer files, training state)."""
-    config = folder / CONFIG_NAME
-    if not config.is_file():
-        raise LorahubError(
-            f"{folder} has no {CONFIG_NAME}: give the folder PEFT's save_pretrained wrote "
-            "(adapter_config.json + adapter_model.safetensors), or a .zip/.tar.gz of them"
-        )
-    weights = [folder / n for n in WEIGHT_NAMES if (folder / n).is_file()]
-    if not weights:
-        weights = [folder / n for n in PICKLED_WEIGHT_NAMES if (folder / n).is_file()]
-    if not weights:
-        raise LorahubError(
-            f"{folder} has no adapter_model.safetensors: save the adapter with "
-            "save_pretrained(..., safe_serialization=True)"
-        )
-    chosen = [config, *weights]
-    skipped = sorted(p.name for p in folder.iterdir() if p not in chosen)
-    return chosen, skipped
-
-
-class _CountingFile:
-    """A file that reports how much of it has been read (httpx streams multipart bodies in
-    chunks; ``fileno`` lets it know the size, so the body has a Content-Length)."""
-
-    def __init__(self, handle: IO[bytes], on_read: Callable[[int], None]) -> None:
-        self._handle, self._on_read = handle, on_read
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._handle.read(size)
-        self._on_read(len(chunk))
-        return chunk
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._handle.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._handle.tell()
-
-    def fileno(self) -> int:
-        return self._handle.fileno()
 
 
 class Client:
@@ -222,23 +129,22 @@ class Client:
             raise LorahubError("no server URL: pass url (or set LORAHUB_URL)")
         if not api_key:
             raise LorahubError("no API key: pass api_key (or set LORAHUB_API_KEY)")
-        self.url = url.rstrip("/")
-        self.inference_url = inference_url.rstrip("/") if inference_url else None
-        self.retries, self.max_retry_wait, self._sleep = retries, max_retry_wait, sleep
-        self._http = httpx.Client(
-            base_url=self.url,
-            headers={
-                "Authorization": f"Bearer {api_key}",
-                "User-Agent": f"lorahub-client/{__version__}",
-            },
+        self.transport = Transport(
+            url,
+            api_key,
             timeout=timeout,
+            retries=retries,
+            max_retry_wait=max_retry_wait,
+            sleep=sleep,
             transport=transport,
         )
-        self._api_key = api_key
+        self.url = self.transport.url
+        self.inference_url = inference_url.rstrip("/") if inference_url else None
+        self._sleep = sleep
         self._tenant: str | None = None
 
     def close(self) -> None:
-        self._http.close()
+        self.transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -246,33 +152,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- the transport ---------------------------------------------------------------------
-
-    def _wait(self, state: tenacity.RetryCallState) -> float:
-        """What the server asked for (Retry-After, capped), or exponential backoff."""
-        error = state.outcome.exception() if state.outcome else None
-        if isinstance(error, _RetryableAnswer):
-            raw = error.response.headers.get("Retry-After", "")
-            if raw.strip().isdigit():
-                return min(float(raw), self.max_retry_wait)
-        return min(0.5 * 2 ** (state.attempt_number - 1), self.max_retry_wait)
-
-    def send(self, method: str, url: str, *, base: httpx.Client | None = None, **kw: Any):
-        """One request with the bounded retries; the answer, or an ``errors.*`` raised."""
-        http = base or self._http
-
-        def attempt() -> httpx.Response:
-            response = http.request(method, url, **kw)
-            if response.status_code in RETRY_STATUSES:
-                raise _RetryableAnswer(response)
-            return response
-
-        response = self.send_with_retries(
-            attempt, reads=method == "GET", where=str(http.base_url or url)
-        )
-        if response.status_code >= 400:
-            raise _api_error(response)
-        return response
+    # --- the API's endpoints -----------------------------------------------------------------
 
     def _call(
         self,
@@ -282,7 +162,7 @@ class Client:
         **kw: Any,
     ) -> Any:
         method, template, model, many = ENDPOINTS[name]
-        response = self.send(method, template.format(**(path or {})), **kw)
+        response = self.transport.send(method, template.format(**(path or {})), **kw)
         payload = response.json()
         if many:
             return TypeAdapter(list[model]).validate_python(payload)  # type: ignore[valid-type]
@@ -332,88 +212,9 @@ class Client:
                 return found
         raise NotFound(404, "not_found", f"adapter '{adapter}' has no version '{version}'")
 
-    def send_with_retries(self, attempt: Callable[[], T], *, reads: bool, where: str) -> T:
-        """``attempt`` again, a bounded number of times, while what failed is safe to retry:
-        a connection never opened, a 429/502/503/504, or (``reads``) a connection that broke
-        mid-answer."""
-
-        def retryable(error: BaseException) -> bool:
-            if isinstance(error, _RetryableAnswer | httpx.ConnectError | httpx.ConnectTimeout):
-                return True
-            # a GET whose connection broke mid-answer changed nothing: ask again
-            return reads and isinstance(error, httpx.ReadError | httpx.RemoteProtocolError)
-
-        try:
-            return tenacity.Retrying(
-                stop=tenacity.stop_after_attempt(self.retries + 1),
-                wait=self._wait,
-                retry=tenacity.retry_if_exception(retryable),
-                sleep=self._sleep,
-                reraise=True,
-            )(attempt)
-        except _RetryableAnswer as exc:
-            error = _api_error(exc.response)
-            raise Unavailable(
-                f"{where} answered {exc.response.status_code} "
-                f"{self.retries + 1} times ({error.detail}); try again later"
-            ) from None
-        except httpx.TransportError as exc:
-            where = where.rstrip("/")
-            raise Unavailable(
-                f"cannot reach {where} ({type(exc).__name__}: {exc or 'no answer'}) after "
-                f"{self.retries + 1} attempts; is the server running, and is the URL right?"
-            ) from None
-
-    def download(self, name: str, dest: Path, *, path: dict[str, Any] | None = None) -> str:
-        """Stream a ``DOWNLOADS`` answer into ``dest``; its SHA-256 (hex)."""
-        method, template = DOWNLOADS[name]
-        url = template.format(**(path or {}))
-
-        def attempt() -> str:
-            digest = hashlib.sha256()
-            with self._http.stream(method, url) as response:
-                if response.status_code in RETRY_STATUSES:
-                    response.read()
-                    raise _RetryableAnswer(response)
-                if response.status_code >= 400:
-                    response.read()
-                    raise _api_error(response)
-                with dest.open("wb") as out:
-                    for chunk in response.iter_bytes(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
-            return digest.hexdigest()
-
-        return self.send_with_retries(attempt, reads=True, where=self.url)
-
     def pull(self, version: Version, folder: Path) -> list[str]:
-        """Download ``version``'s files and its bundle (``model.sig``) into ``folder`` (new),
-        each file checked against the SHA-256 the registry lists; the names written. A file
-        that does not match leaves no folder behind. The names come from the server: one that
-        would land outside ``folder`` is refused before any byte is written."""
-        if folder.exists() and any(folder.iterdir()):
-            raise LorahubError(f"{folder} exists and is not empty; name a new folder with --to")
-        for name in version.files:
-            check_file_name(name, version.label)
-        landing = folder.with_name(f".{folder.name}.partial")
-        shutil.rmtree(landing, ignore_errors=True)
-        landing.mkdir(parents=True)
-        try:
-            for name in [*sorted(version.files), BUNDLE_NAME]:
-                where = {"version_id": version.id, "name": name}
-                got = self.download("version_file", landing / name, path=where)
-                wanted = version.files[name].sha256 if name in version.files else got
-                if got != wanted:
-                    raise LorahubError(
-                        f"{version.label}'s {name} arrived with SHA-256 {got}, not the "
-                        f"registry's {wanted}; nothing was kept, pull again"
-                    )
-            folder.mkdir(parents=True, exist_ok=True)
-            for item in landing.iterdir():
-                item.rename(folder / item.name)
-        finally:
-            shutil.rmtree(landing, ignore_errors=True)
-        return [*sorted(version.files), BUNDLE_NAME]
+        """Download ``version``'s files and its bundle into ``folder`` (``downloads.pull``)."""
+        return downloads.pull(self.transport, version, folder)
 
     def upload(
         self,
@@ -450,7 +251,7 @@ class Client:
             files = [
                 (
                     "files",
-                    (p.name, _CountingFile(stack.enter_context(p.open("rb")), advanced), None),
+                    (p.name, CountingFile(stack.enter_context(p.open("rb")), advanced), None),
                 )
                 for p in chosen
             ]
@@ -661,11 +462,11 @@ class Client:
         """The same rows as CSV, as the server writes them, every page (one header line)."""
         method, path = DOWNLOADS["usage_csv"]
         params: dict[str, Any] = {k: v for k, v in window.items() if v}
-        answer = self.send(method, path, params=params)
+        answer = self.transport.send(method, path, params=params)
         text = answer.text
         while "x-next-offset" in answer.headers:
             params["offset"] = answer.headers["x-next-offset"]
-            answer = self.send(method, path, params=params)
+            answer = self.transport.send(method, path, params=params)
             text += answer.text.split("\n", 1)[1]  # the header line once
         return text
 
@@ -693,12 +494,8 @@ class Client:
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
-        with httpx.Client(
-            base_url=self.inference_url,
-            headers=dict(self._http.headers),
-            timeout=self._http.timeout,
-        ) as node:
-            response = self.send("POST", "/v1/chat/completions", base=node, json=body)
+        with self.transport.elsewhere(self.inference_url) as node:
+            response = self.transport.send("POST", "/v1/chat/completions", base=node, json=body)
         choice = response.json()["choices"][0]
         return ChatAnswer(
             model=model,
@@ -708,41 +505,3 @@ class Client:
             node=response.headers.get("X-Lorahub-Node"),
             cache_tier=response.headers.get("X-Lorahub-Cache-Tier"),
         )
-
-
-def _api_error(response: httpx.Response) -> ApiError:
-    """The server's error as an exception: its ``code`` and ``detail``, verbatim."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    detail = body.get("detail") or response.reason_phrase or f"HTTP {response.status_code}"
-    error = body.get("error")  # the nodes' OpenAI-shaped errors
-    if isinstance(error, dict):
-        detail = error.get("message") or detail
-    if isinstance(detail, list):  # request validation: one line per field
-        detail = "; ".join(_field_error(item) for item in detail)
-    code = str(body.get("code") or (error or {}).get("code") or "error")
-    status = response.status_code
-    if status == 401 and code == "key_expired":  # the server says when, and what to do
-        return Unauthorized(status, code, str(detail))
-    if status == 401:
-        return Unauthorized(
-            status,
-            "invalid_api_key",
-            "invalid API key: the server refused it; check LORAHUB_API_KEY or run `lorahub login`",
-        )
-    if status == 404:
-        return NotFound(status, code, str(detail))
-    if 400 <= status < 500:
-        return Refused(status, code, str(detail))
-    return ApiError(status, code, str(detail))
-
-
-def _field_error(item: Any) -> str:
-    if not isinstance(item, dict):
-        return str(item)
-    where = ".".join(str(p) for p in item.get("loc", []) if p not in ("body", "query", "path"))
-    return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))

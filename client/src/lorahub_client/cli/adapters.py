@@ -11,9 +11,11 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from lorahub_client.cli.output import Json, emit, err, handles_errors, out, say, table
 from lorahub_client.cli.session import client
-from lorahub_client.client import Client, adapter_files, check_file_name
+from lorahub_client.client import Client
+from lorahub_client.downloads import check_file_name
 from lorahub_client.errors import LorahubError, NotFound
 from lorahub_client.models import Version
+from lorahub_client.peft import adapter_files
 
 versions_app = typer.Typer(help="An adapter's versions.", no_args_is_help=True)
 
