@@ -9,8 +9,8 @@ import copy
 from typing import Any
 
 import pytest
-from lorahub_client.client import ENDPOINTS
 from lorahub_client.downloads import DOWNLOADS
+from lorahub_client.endpoints import ENDPOINTS
 
 from lorahub.api import api
 

@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from lorahub_client.client import ChatAnswer, Client
+from lorahub_client.client import Client
 from lorahub_client.errors import (
     ApiError,
     LorahubError,
@@ -13,6 +13,7 @@ from lorahub_client.errors import (
     Unauthorized,
     Unavailable,
 )
+from lorahub_client.models import ChatAnswer
 
 __all__ = [
     "ApiError",

@@ -3,12 +3,13 @@
 Each class mirrors one of the server's response schemas (its name in the server's OpenAPI
 document is ``SERVER_NAME``). ``tests/client/test_schema_agreement.py`` compares every model the
 client reads with the server's schema of the endpoint it reads it from (``ENDPOINTS`` in
-``client.py``) and fails on any difference: a field added, removed, renamed or retyped.
+``endpoints.py``) and fails on any difference: a field added, removed, renamed or retyped.
 Unknown fields from a newer server are ignored, so an older client keeps working.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -279,3 +280,18 @@ class Usage(Model):
     group_by: list[str]
     rows: list[UsageRow]
     next_offset: int | None = None  # the server's next page; None once every row is here
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    """A node's answer to one chat request, with the headers that say who answered."""
+
+    model: str
+    text: str
+    finish_reason: str | None
+    adapter: str | None  # X-Lorahub-Adapter: the version that answered, e.g. support@v1
+    node: str | None
+    cache_tier: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
