@@ -426,20 +426,26 @@ async def _one(client, server: Server, model: str, prompt: str):
         "model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "ignore_eos": True,
         "temperature": 0, "stream": True,
     }  # fmt: skip
+    import httpx
+
     sent, started = time.time(), time.perf_counter()
     headers = {"Authorization": f"Bearer {server.key}"}
-    async with client.stream(
-        "POST", f"{server.url}/v1/completions", json=body, headers=headers
-    ) as response:
-        if response.status_code != 200:
-            await response.aread()
-            return sent, None
-        first = None
-        async for line in response.aiter_lines():
-            if first is None and line.startswith("data: {"):
-                event = json.loads(line[6:])
-                if any(c.get("text") for c in event["choices"]):
-                    first = (time.perf_counter() - started) * 1000
+    try:
+        async with client.stream(
+            "POST", f"{server.url}/v1/completions", json=body, headers=headers
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                return sent, None
+            first = None
+            async for line in response.aiter_lines():
+                if first is None and line.startswith("data: {"):
+                    event = json.loads(line[6:])
+                    if any(c.get("text") for c in event["choices"]):
+                        first = (time.perf_counter() - started) * 1000
+    except httpx.TimeoutException:  # an error of the point, named, not the end of the bench
+        print(f"{server.name}: {model} had no answer in {client.timeout.read:.0f} s", flush=True)
+        return sent, None
     return sent, first
 
 
@@ -765,7 +771,20 @@ def main(argv: list[str]) -> None:
             results = run(args, servers, [f.name for f in folders], ids)
         finally:
             stop(servers.values())
+            keep_logs(work)
         report(results, args, floors, sizes)
+
+
+def keep_logs(work: Path) -> None:
+    """The servers' logs outlive the run's folder (in ``var/seed-logs/``, replaced each run):
+    what a failed or slow point left behind can still be read."""
+    import shutil
+
+    kept = ROOT / "var" / "seed-logs"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for log in work.glob("*.log"):
+        shutil.copy(log, kept / log.name)
 
 
 if __name__ == "__main__":

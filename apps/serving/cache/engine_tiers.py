@@ -66,7 +66,10 @@ class EngineTiers:
     def _new_gate(self) -> DeviceGate:
         return DeviceGate(
             self._gate_slots,
-            early=lambda: not self.pinned and not self.pending_pins,
+            # a slot handed on a step early: only as narrow as the device slots (wide, vLLM
+            # holds requests of other adapters for the slot already, and a version handed on
+            # early would be one more held than the host slots)
+            early=lambda: not self.gate_rule.wide and not self.pinned and not self.pending_pins,
             clock=self.clock,
             max_passed=self.gate_rule.max_passed,
         )

@@ -25,6 +25,8 @@ from apps.serving.cache.manager import CacheManager, Limits, LoadDeadline, LoadQ
 from apps.serving.cache.policies import LRU
 from apps.serving.cache.policies.base import Resident
 from apps.serving.cache.versions import CachedVersion
+from apps.serving.node.placement import Placement
+from apps.serving.node.record import RequestTrace
 from tests.helpers import signed_version
 from tests.serving.cache.stand_in import Settings, StandInEngine
 
@@ -635,6 +637,11 @@ def test_with_nothing_pinned_the_gate_opens_to_the_host_slots_and_vllm_picks_eac
         one_more = asyncio.ensure_future(tiers.gate.enter(width + 1, pinned=False))
         await asyncio.sleep(0)
         assert not one_more.done(), "one adapter more than the gate's width was let in"
+        tiers.gate.finishing(1)  # wide, nothing is handed on a step early: vLLM holds others
+        await asyncio.sleep(0)
+        assert one_more.done() != wide, "a finishing request's slot went early (or not)"
+        if not wide:
+            tiers.gate.leave(width + 1)
         assert len(tiers.device_set()) == 2  # vLLM runs max_loras of them a step
         assert tiers.device_set() == {width, width - 1}  # the most recently used
         one_more.cancel()
@@ -802,6 +809,28 @@ def test_a_cold_request_boards_with_the_room_made_and_no_add_before_it(world):
     assert cache.boundaries == {2: 3, 1: 1}
     cache.release(4)
     assert cache.in_use(4) == 0
+
+
+def test_a_request_lets_go_of_its_version_as_vllm_finishes_it_not_when_its_response_ends(world):
+    """The hold goes with the device slot (``Placement.leave_engine``): vLLM is done with the
+    adapter when the request finishes there, and a stream still writing its last bytes must
+    not keep a host slot from the next adapter's request; the response's end then releases
+    nothing twice."""
+    cache, _, version = world
+    placement = Placement(cache=cache, config=None, metrics=None, demand=None)  # type: ignore[arg-type]
+
+    async def scenario():
+        placed = await cache.prepare(version(1))
+        trace = RequestTrace(resolved=version(1), placed=placed, owner=Owner(tenant_id=1))
+        trace.held, trace.active = placed.handle.lora_id, True
+        await placement.board(trace)
+        assert cache.in_use(1) == 1
+        placement.leave_engine(trace)  # vLLM finished it; its response is still being written
+        assert cache.in_use(1) == 0
+        placement.let_go(trace)  # the response ended
+        assert cache.in_use(1) == 0 and cache.versions.get(1).waiting == 0
+
+    run(scenario())
 
 
 def test_a_waiting_request_does_not_protect_its_version_while_the_engine_needs_room(world):
