@@ -6,10 +6,14 @@ version pinned and ``max_loras`` other adapters in a batch, the worker evicts an
 batch is using and the engine core dies (``KeyError`` in ``convert_mapping``; found by
 ``test_a_request_storm_over_more_adapters_than_slots_with_a_pin_leaves_the_engine_alive``).
 
-So the node admits a request into the engine only while the distinct unpinned adapters with
-requests there number at most ``max_loras - pinned``; others wait here, as they would have
-waited in vLLM's queue. Base-model requests and pinned adapters always pass. Pinning waits
-until the slot it takes is free. Pure asyncio: no engine calls.
+So with a pin the node admits a request into the engine only while the distinct unpinned
+adapters with requests there number at most ``max_loras - pinned``; others wait here, as they
+would have waited in vLLM's queue. With nothing pinned the gate is as wide as the host slots
+(``max_cpu_loras``, ``GateRule.wide``): vLLM's scheduler, which counts every adapter it runs
+then, picks ``max_loras`` of them each step, and the gate only keeps the adapters with
+requests inside vLLM (each holding its version) within the host slots, so that a request's
+load never waits for another to end. Base-model requests and pinned adapters always pass.
+Pinning waits until the slot it takes is free. Pure asyncio: no engine calls.
 
 Adapter-aware admission, when more distinct adapters wait than there are free slots:
 
@@ -25,9 +29,9 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
   the batch that will free its slot first (its newest request is the oldest) takes no
   newcomers until it has; the others keep taking theirs, so a cold adapter costs the hot
   ones one slot for one request's time, not every newcomer's wait;
-- with nothing pinned, a slot about to free is handed on a step early (``finishing``): the
-  next adapter's request then waits inside vLLM for the step the slot frees, instead of
-  reaching vLLM a step after it.
+- narrow with nothing pinned (``GateRule(wide=False)``), a slot about to free is handed on
+  a step early (``finishing``): the next adapter's request then waits inside vLLM for the
+  step the slot frees, instead of reaching vLLM a step after it.
 """
 
 from __future__ import annotations
