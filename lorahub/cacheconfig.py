@@ -38,7 +38,6 @@ class CpuWarm(_Section):
 class DiskCache(_Section):
     max_size_gb: float = Field(10.0, gt=0)
     verify_checksum: bool = False  # BLAKE3 on every L3 load; off: the stat seal + idle scrubs
-    path: str = ""
 
 
 class Registry(_Section):
@@ -203,10 +202,19 @@ def config_problems(data: object) -> dict[str, str]:
             where = ".".join(str(part) for part in err["loc"]) or "(top level)"
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                message = "unknown key (check its spelling and nesting)"
+                message = NOT_CONFIG_KEYS.get(where, "unknown key (check its spelling and nesting)")
             problems.setdefault(where, message)
         return problems
     return {}
+
+
+# Keys someone may look for here that are set elsewhere: what the error says instead
+NOT_CONFIG_KEYS = {
+    "adapter_cache.disk_cache.path": (
+        "not a cache-config key: a node's disk cache is the folder LORAHUB_NODE_CACHE_DIR "
+        "names (one per node); remove this key"
+    ),
+}
 
 
 def parse_cache_config(data: object, *, source: str = "cache config") -> CacheConfig:

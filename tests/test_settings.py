@@ -87,6 +87,7 @@ def test_the_shipped_config_loads():
         ({"registry": {"require_signature": False}}, "only loads signed versions"),
         ({"placement": {"key_fields": ["adapter_id"]}}, "must include tenant_id"),
         ({"cpu_warm": {"max_adapters": 2}}, "cpu_warm.max_adapters (2) must be at least"),
+        ({"disk_cache": {"path": "/srv/cache"}}, "disk_cache.path: not a cache-config key"),
     ],
 )
 def test_a_bad_key_is_named_in_the_error(patch, message):

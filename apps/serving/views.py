@@ -17,7 +17,7 @@ from apps.tenants.console import (
 from apps.tenants.errors import Invalid, SecondFactorRequired
 from lorahub.cacheconfig import config_problems
 
-FIXED_KEYS = ("adapter_cache.placement.key_fields", "adapter_cache.disk_cache.path")
+FIXED_KEYS = ("adapter_cache.placement.key_fields",)
 
 
 CHOICES = {
