@@ -60,7 +60,10 @@ class EngineTiers:
         self.members: dict[int, CachedVersion] = {}  # in the engine (L1 + L2)
         self.pinned: dict[int, CachedVersion] = {}
         self.pending_pins = 0  # pins being set up: the gate already counts their slots
-        self.released = asyncio.Event()  # set when a request lets go of a version
+        # set, and counted, whenever a version may have become free to evict: a request let
+        # go of it, its awaited load resumed, its pin went, it left the engine
+        self.released = asyncio.Event()
+        self._releases = 0
         self.gate = self._new_gate()
 
     def _new_gate(self) -> DeviceGate:
@@ -92,6 +95,8 @@ class EngineTiers:
         self.unpin(record)
         resident, record.engine = record.engine, None
         self.members.pop(record.version_id, None)
+        if resident is not None:
+            self._freed()  # its slot is free
         if resident is not None and record.disk is not None:
             known = record.disk
             record.disk = known._replace(
@@ -106,6 +111,8 @@ class EngineTiers:
         """True if it was pinned (its device slot rotates again)."""
         was = self.pinned.pop(record.version_id, None) is not None
         record.pinned = False
+        if was:
+            self._freed()
         return was
 
     def touch(self, record: CachedVersion, now: float, half_life_s: float) -> None:
@@ -129,7 +136,7 @@ class EngineTiers:
         if record.held > 0:
             record.held -= 1
             if record.held == 0:
-                self.released.set()
+                self._freed()
 
     def await_load(self, record: CachedVersion, waiting: bool) -> None:
         """A request that will hold the version starts (True) or stops (False) waiting for
@@ -139,11 +146,40 @@ class EngineTiers:
         elif record.awaiting > 0:
             record.awaiting -= 1
             if record.awaiting == 0:
-                self.released.set()
+                self._freed()
 
-    async def wait_for_release(self) -> None:
-        self.released.clear()
-        await self.released.wait()
+    def _freed(self) -> None:
+        self._releases += 1
+        self.released.set()
+
+    def releases(self) -> int:
+        """How many times a version became free to evict so far: read it before looking for
+        victims, and wait with it (``wait_for_release``)."""
+        return self._releases
+
+    async def wait_for_release(self, since: int) -> None:
+        """Until a version becomes free to evict after ``since`` (``releases()`` as read before
+        the victims were sought). A release in between is not missed: a wait that cleared the
+        event after it (an await between the search and the wait) slept through it, and with
+        every request waiting on that load no release ever came again (a node hung so under
+        prefetch in a seed run)."""
+        while self._releases == since:
+            self.released.clear()
+            await self.released.wait()
+
+    def spare_room(self) -> bool:
+        """Whether one more version fits without evicting one that a request holds, awaits or
+        waits for: a free host slot, or a member nobody uses now. What a prefetch may take:
+        it is a guess, and taking a waited-for version's slot made that request's load evict
+        another, which rising demand prefetched again (a seed run: 13,810 loads in one point
+        of 200 requests)."""
+        if len(self.members) < self._slots()[1]:
+            return True
+        in_batch = self.gate.active()
+        return any(
+            not r.protected and r.waiting == 0 and r.version_id not in in_batch
+            for r in self.members.values()
+        )
 
     # --- where a version is ------------------------------------------------------------------
 

@@ -320,6 +320,7 @@ class CacheManager:
         removals: list[Coroutine[Any, Any, bool]] = []
         waited = False
         while True:
+            since = self.tiers.releases()
             victims = self.book.engine_victims(
                 owner,
                 incoming=incoming,
@@ -335,7 +336,7 @@ class CacheManager:
                 if not waited:
                     waited = True
                     self.waited_on_release += 1
-                await self.tiers.wait_for_release()
+                await self.tiers.wait_for_release(since)
                 continue
             if not victims:
                 return removals

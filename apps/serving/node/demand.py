@@ -110,15 +110,18 @@ class Demand:
 
     async def prefetch(self, cache: CacheManager) -> int:
         """Start a background load for each rising version not in the engine, while the load
-        queue is under ``BUSY``; returns how many were started."""
+        queue is under ``BUSY`` and the engine has room nobody uses (``spare_room``); returns
+        how many were started. A version a placed request waits for is left to that request,
+        whose own step loads it (a prefetch would cost it a step boundary more)."""
         started = 0
         for resolved, owner in self.rising():
-            if cache.loads.pressure() >= BUSY:
+            if cache.loads.pressure() >= BUSY or not cache.tiers.spare_room():
                 break
             record = cache.versions.get(resolved.version_id)
             if record is not None and (
                 record.engine is not None
                 or record.loading is not None
+                or record.waiting > 0
                 or record.quarantined
                 or record.deprecated  # no alias serves it now (rolled back, replaced)
             ):

@@ -657,6 +657,30 @@ def test_with_nothing_pinned_the_gate_opens_to_the_host_slots_and_vllm_picks_eac
     run(scenario())
 
 
+def test_a_release_between_the_search_for_victims_and_the_wait_is_not_missed():
+    """A load that found every version held reads ``releases()`` before its search and waits
+    with it: a request that lets go in between (while the load awaited its removals' sends)
+    wakes it at once. Waiting for the *next* release instead hung a node under prefetch: every
+    request waited on that load, and no release ever came again."""
+
+    async def scenario():
+        tiers = EngineTiers(lambda: (1, 1))
+        record = CachedVersion(1)
+        tiers.add(record, Resident(1, 1, 10, last_used=0.0))
+        tiers.hold(record)
+        since = tiers.releases()  # the search: everything held
+        tiers.release(record)  # a request lets go before the wait begins
+        await asyncio.wait_for(tiers.wait_for_release(since), timeout=1)
+        since = tiers.releases()
+        waiting = asyncio.ensure_future(tiers.wait_for_release(since))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # nothing freed since: it waits
+        tiers.drop(record)  # the version left the engine: its slot is free
+        await asyncio.wait_for(waiting, timeout=1)
+
+    run(scenario())
+
+
 def test_loads_side_by_side_make_room_for_each_other_so_the_engine_never_overflows(world):
     """Several loads at once (``max_concurrent_loads``): each counts the versions the others
     are adding, and its removals reach the engine before its add, so vLLM's own LRU never
@@ -767,6 +791,36 @@ def test_a_version_whose_demand_rises_is_loaded_before_its_next_request(world):
     assert run(cache.unload(1))
     assert run(demand.prefetch(cache)) == 0, "a version no alias serves was prefetched"
     assert engine.adds == [1]
+
+
+def test_a_prefetch_takes_only_room_nobody_uses_and_leaves_a_waited_for_version_alone(world):
+    """A prefetch is a guess: with every host slot held it starts nothing (it never waits for
+    a release, nor takes a slot a request needs), and a version a placed request already
+    waits for is left to that request, whose own step loads it. Once a slot is idle and no
+    request waits, the rising version is prefetched into it."""
+    from apps.serving.node.demand import LONG_S, MIN_REQUESTS, Demand
+
+    cache, engine, version = world
+    now = [1000.0 + LONG_S]
+    demand = Demand(clock=lambda: now[0])
+    for _ in range(MIN_REQUESTS):  # version 1: nothing, then a burst
+        demand.arrived(version(1), Owner(tenant_id=1))
+        now[0] += 1
+
+    async def scenario():
+        for n in (4, 5, 6):  # every host slot, held by a request
+            await cache.activate(version(n), hold=True)
+        engine.adds.clear()
+        assert await demand.prefetch(cache) == 0, "a prefetch took a slot a request holds"
+        cache.release(6)
+        await cache.prepare(version(1))  # a request for it is placed and waits for a seat
+        assert await demand.prefetch(cache) == 0, "a waited-for version was prefetched"
+        cache.stop_waiting(1)
+        assert await demand.prefetch(cache) == 1
+        await cache.versions.get(1).loading
+
+    run(scenario())
+    assert engine.adds == [1] and engine.removed == [6]
 
 
 def test_the_engine_keeps_to_its_byte_budget_before_its_slot_count(world):
