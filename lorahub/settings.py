@@ -697,8 +697,8 @@ LORAHUB_NODE_SCRUB_EVERY_S = env_int("LORAHUB_NODE_SCRUB_EVERY_S", 30, minimum=0
 # began waiting after it (apps/serving/cache/gate.py); 0: only the bound in seconds.
 LORAHUB_NODE_GATE_MAX_PASSED = env_int("LORAHUB_NODE_GATE_MAX_PASSED", 4, minimum=0)
 # With nothing pinned, up to max_cpu_loras adapters may have requests in vLLM, whose scheduler
-# picks max_loras of them a step (apps/serving/cache/gate.py, GateRule); false: max_loras.
-LORAHUB_NODE_GATE_WIDE = env_bool("LORAHUB_NODE_GATE_WIDE", True)
+# picks max_loras of them a step (apps/serving/cache/gate.py, GateRule); off: max_loras.
+LORAHUB_NODE_GATE_WIDE = env_bool("LORAHUB_NODE_GATE_WIDE", False)
 # The largest request body a node reads (a prompt, messages); beyond, 413 naming the limit.
 LORAHUB_NODE_MAX_BODY_KB = env_int("LORAHUB_NODE_MAX_BODY_KB", 4096, minimum=16)
 # A node's stop (SIGTERM, apps/serving/node/drain.py): it stays out of rotation answering 503

@@ -6,14 +6,13 @@ version pinned and ``max_loras`` other adapters in a batch, the worker evicts an
 batch is using and the engine core dies (``KeyError`` in ``convert_mapping``; found by
 ``test_a_request_storm_over_more_adapters_than_slots_with_a_pin_leaves_the_engine_alive``).
 
-So with a pin the node admits a request into the engine only while the distinct unpinned
-adapters with requests there number at most ``max_loras - pinned``; others wait here, as they
-would have waited in vLLM's queue. With nothing pinned the gate is as wide as the host slots
-(``max_cpu_loras``, ``GateRule.wide``): vLLM's scheduler, which counts every adapter it runs
-then, picks ``max_loras`` of them each step, and the gate only keeps the adapters with
-requests inside vLLM (each holding its version) within the host slots, so that a request's
-load never waits for another to end. Base-model requests and pinned adapters always pass.
-Pinning waits until the slot it takes is free. Pure asyncio: no engine calls.
+So the node admits a request into the engine only while the distinct unpinned adapters with
+requests there number at most ``max_loras - pinned``; others wait here, as they would have
+waited in vLLM's queue. Opened wide (``GateRule.wide``, off by default), with nothing pinned
+it lets in as many adapters as there are host slots (``max_cpu_loras``) and vLLM's scheduler,
+which counts every adapter it runs then, picks ``max_loras`` of them each step. Base-model
+requests and pinned adapters always pass. Pinning waits until the slot it takes is free.
+Pure asyncio: no engine calls.
 
 Adapter-aware admission, when more distinct adapters wait than there are free slots:
 
@@ -29,9 +28,9 @@ Adapter-aware admission, when more distinct adapters wait than there are free sl
   the batch that will free its slot first (its newest request is the oldest) takes no
   newcomers until it has; the others keep taking theirs, so a cold adapter costs the hot
   ones one slot for one request's time, not every newcomer's wait;
-- narrow with nothing pinned (``GateRule(wide=False)``), a slot about to free is handed on
-  a step early (``finishing``): the next adapter's request then waits inside vLLM for the
-  step the slot frees, instead of reaching vLLM a step after it.
+- narrow with nothing pinned (the default), a slot about to free is handed on a step early
+  (``finishing``): the next adapter's request then waits inside vLLM for the step the slot
+  frees, instead of reaching vLLM a step after it.
 """
 
 from __future__ import annotations
@@ -56,18 +55,19 @@ MAX_PASSED = 4
 class GateRule:
     """The node's choices for its gate (``LORAHUB_NODE_GATE_*``).
 
-    ``wide``: with nothing pinned, as many adapters may have requests in vLLM as it has host
-    slots (``max_cpu_loras``), and vLLM's scheduler picks ``max_loras`` of them each step, as
-    stock vLLM does: a request whose adapter would be one too many waits *inside* vLLM while
-    the next one runs, so a hot adapter never stops taking newcomers. Narrow (``max_loras``),
-    the gate drained a hot adapter whenever another had waited its bound, which at the seeds'
-    scale (dozens of adapters at C=32) was nearly always: the node's hot TTFT p95 was 2.5x
-    stock's (``docs/performance.md``). Never wider than the host slots: every request in
-    vLLM holds its version there, so a load never waits for a request to end. With a pin the
-    gate is narrow whatever this says: vLLM does not count pinned slots."""
+    ``wide`` (off by default): with nothing pinned, as many adapters may have requests in
+    vLLM as it has host slots (``max_cpu_loras``), and vLLM's scheduler picks ``max_loras``
+    of them each step, as stock vLLM does: a hot adapter never stops taking newcomers. Never
+    wider than the host slots: every request in vLLM holds its version there, so a load
+    never waits for a request to end. Measured at the seeds' scale (``docs/performance.md``,
+    a317d0f): it halves the hot requests' TTFT p95 at C=32, but a cold adapter then waits
+    here for one of 16 slots to empty, and hot adapters seldom empty theirs: the p95 of all
+    requests was 2.3x stock's, against 1.1-1.2x narrow, which stays the default until the
+    admission order of issue 64 lets a waiting adapter in without draining the batch. With
+    a pin the gate is narrow whatever this says: vLLM does not count pinned slots."""
 
     max_passed: int = MAX_PASSED  # 0: the bound in seconds only
-    wide: bool = True
+    wide: bool = False
 
 
 DEFAULT_RULE = GateRule()
