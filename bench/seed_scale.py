@@ -12,9 +12,10 @@ time, the order rotated per repetition:
   prefetch from rising demand off (the default);
 - **node-prefetch**: a second node on the same registry with ``LORAHUB_NODE_PREFETCH_RISING=1``
   and a disk of its own;
-- **node-narrow**: a third, its device-slot gate as narrow as the device slots with nothing
-  pinned (``LORAHUB_NODE_GATE_WIDE=0``, the default before ``gate.GateRule.wide``): the A/B
-  of who decides which adapters share a step, the node's gate or vLLM's scheduler;
+- **node-wide**: a third, its device-slot gate as wide as the host slots with nothing pinned
+  (``LORAHUB_NODE_GATE_WIDE=1``, ``gate.GateRule.wide``): the A/B of who decides which
+  adapters share a step, the node's gate or vLLM's scheduler (a317d0f's run measured the
+  wide gate as **node** and the default as **node-narrow**);
 - **stock-disk**: stock vLLM with its ``lora_filesystem_resolver`` over the same adapters on
   local disk (stock's best case: nothing to fetch);
 - **stock-s3**: stock vLLM with ``bench/s3_resolver.py``, a resolver plugin that downloads an
@@ -87,7 +88,7 @@ from bench.load_mix import cell, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct  # noqa: E402
 
 SEED_DIR = ROOT / "var" / "seed"
-SERVERS = ("node", "node-prefetch", "node-narrow", "stock-disk", "stock-s3", "stock-disk-b")
+SERVERS = ("node", "node-prefetch", "node-wide", "stock-disk", "stock-s3", "stock-disk-b")
 CONCURRENCY = (8, 32)
 # Tiny requests: vLLM's CPU LoRA path (punica's torch ops) gathers a copy of the adapter's
 # weights for every token it computes (``lora_a_weights[indices]``: 36-71 MB per token here),
@@ -341,8 +342,8 @@ def start_servers(work: Path, env: dict[str, str], key: str, folders: list[Path]
                 "PYTHONPATH": paths,
                 "LORAHUB_INTERNAL_TOKEN": settings.LORAHUB_INTERNAL_TOKEN,
                 "LORAHUB_NODE_PREFETCH_RISING": "1" if name == "node-prefetch" else "0",
-                # the gate as wide as the device slots, beside the default's host slots
-                "LORAHUB_NODE_GATE_WIDE": "0" if name == "node-narrow" else "1",
+                # the gate as wide as the host slots, beside the default's device slots
+                "LORAHUB_NODE_GATE_WIDE": "1" if name == "node-wide" else "0",
             }
             if name != "node":  # a second node: its own name in the registry, its own disk
                 run_env.update(
@@ -665,7 +666,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
         )
         print("\nper repetition | median (TTFT p95 and S3 bytes: lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk p95':<28}{'node-prefetch / stock-disk':<28}"
-              f"{'node-narrow / stock-disk':<30}{'node / stock-s3 p95':<28}"
+              f"{'node-wide / stock-disk':<30}{'node / stock-s3 p95':<28}"
               f"{'A/A stock-disk-b / stock-disk p95':<36}{'ceiling / stock-disk p95':<28}"
               "node / stock-s3 S3 bytes")  # fmt: skip
         for c in CONCURRENCY:
@@ -678,14 +679,14 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             print(
                 f"{c:>4}  {cell(r('node', 'stock-disk')):<28}"
                 f"{cell(r('node-prefetch', 'stock-disk')):<28}"
-                f"{cell(r('node-narrow', 'stock-disk')):<30}{cell(r('node', 'stock-s3')):<28}"
+                f"{cell(r('node-wide', 'stock-disk')):<30}{cell(r('node', 'stock-s3')):<28}"
                 f"{cell(r('stock-disk-b', 'stock-disk')):<36}"
                 f"{cell(r('ceiling', 'stock-disk')):<28}"
                 f"{total_bytes[0] / max(total_bytes[1], 1):.2f}"
             )
         print("\ncold requests' TTFT p50, per repetition | median (lower is better)\n")
         print(f"{'C':>4}  {'node / stock-disk':<28}{'node-prefetch / stock-disk':<28}"
-              f"{'node-narrow / stock-disk':<30}"
+              f"{'node-wide / stock-disk':<30}"
               f"{'A/A stock-disk-b / stock-disk':<36}")  # fmt: skip
         for c in CONCURRENCY:
             pts = {name: results["c"][(c, name)] for name in SERVERS}
@@ -698,7 +699,7 @@ def report(results: dict, args, floors: dict, sizes: list[float]) -> None:
             print(
                 f"{c:>4}  {cell(cold50('node', 'stock-disk')):<28}"
                 f"{cell(cold50('node-prefetch', 'stock-disk')):<28}"
-                f"{cell(cold50('node-narrow', 'stock-disk')):<30}"
+                f"{cell(cold50('node-wide', 'stock-disk')):<30}"
                 f"{cell(cold50('stock-disk-b', 'stock-disk')):<36}"
             )
     if results.get("l3_checks"):
