@@ -38,28 +38,6 @@ def adapter_files(folder: Path) -> tuple[list[Path], list[str]]:
     return chosen, skipped
 
 
-class _CountingFile:
-    """A file that reports how much of it has been read (httpx streams multipart bodies in
-    chunks; ``fileno`` lets it know the size, so the body has a Content-Length)."""
-
-    def __init__(self, handle: IO[bytes], on_read: Callable[[int], None]) -> None:
-        self._handle, self._on_read = handle, on_read
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._handle.read(size)
-        self._on_read(len(chunk))
-        return chunk
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        return self._handle.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._handle.tell()
-
-    def fileno(self) -> int:
-        return self._handle.fileno()
-
-
 class CountingFile:
     """A file that reports how much of it has been read (httpx streams multipart bodies in
     chunks; ``fileno`` lets it know the size, so the body has a Content-Length)."""
