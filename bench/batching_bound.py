@@ -280,7 +280,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from bench.many_adapters import workload
+    from bench.workload import workload
 
     names = [f"many-{i:03d}" for i in range(args.adapters)]
     sequence = workload(names, args.requests, args.seed)

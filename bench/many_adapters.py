@@ -83,8 +83,8 @@ sys.path.insert(0, str(ROOT))
 from bench import load_mix  # noqa: E402
 from bench.load_mix import SERVERS, cell, cpu_seconds, one, ratios, rotation  # noqa: E402
 from bench.node_overhead import free_port, pct, prepare, wait_ready  # noqa: E402
+from bench.workload import ranking, workload  # noqa: E402
 
-TRACE = ROOT.parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 CONCURRENCY = (8, 32)
 MAX_TOKENS = 16
 HOT = 4
@@ -312,23 +312,6 @@ def probe_path(work: Path) -> Path:
     return where
 
 
-def workload(names: list[str], n: int, seed: int) -> list[str]:
-    """The aliases of ``n`` arrivals taken evenly across the Azure trace's hour."""
-    import numpy as np
-
-    from apps.serving.replay import traces
-
-    trace = traces.from_csv(
-        TRACE,
-        world=traces.World(adapters=len(names), tenants=1, seed=seed),
-        alpha=1.0,
-        drift=0.2,
-        drift_every_s=600.0,
-    )
-    picks = np.linspace(0, len(trace) - 1, n).round().astype(int)
-    return [names[trace.keys[i]] for i in picks]
-
-
 # --- driving ---------------------------------------------------------------------------
 
 
@@ -471,11 +454,9 @@ def land_everything(server: Server, ids: dict[str, int]) -> None:
 
 
 def main() -> None:
-    if "--profile" in sys.argv:  # the seeds' scale: its own servers and world
-        from bench import seed_scale
-
-        seed_scale.main(sys.argv[1:])
-        return
+    if "--profile" in sys.argv:  # the seeds' scale: its own program, servers and world
+        seed_scale = str(ROOT / "bench" / "seed_scale.py")
+        os.execv(sys.executable, [sys.executable, seed_scale, *sys.argv[1:]])  # noqa: S606
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapters", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
@@ -578,14 +559,6 @@ def run(args, servers: dict[str, Server], names: list[str]) -> dict:
                         flush=True,
                     )
     return results
-
-
-def ranking(models: list[str], names: list[str]) -> list[str]:
-    """Aliases, most requested in the workload first."""
-    from collections import Counter
-
-    counts = Counter(models)
-    return sorted(names, key=lambda n: (-counts[n], n))
 
 
 def evict_from_engine(server: Server, version_ids: list[int | None]) -> None:

@@ -34,7 +34,7 @@ activations outside a step per load, the steps that carried a load (p50 and max 
 mean step), and for the nodes the loads that waited for a request to end before making room.
 
 **Load**: the Azure conversation trace mapped to the N aliases by Zipf(1.0) with 20 % of the
-ranking reshuffled every 10 trace minutes (``many_adapters.workload``), ``--requests``
+ranking reshuffled every 10 trace minutes (``workload.workload``), ``--requests``
 arrivals per point from C = 8 and 32 streaming clients (closed loop), prompts of a few
 tokens and max_tokens 2 with ``ignore_eos`` (why: ``MAX_TOKENS``). Per point: req/s; TTFT
 p50/p95/p99 of every request, of the **hot** ones (their adapter already in the engine) and of the
@@ -534,7 +534,8 @@ def say(rep: int, c: int, label: str, point: Point) -> None:
 
 def run(args, servers: dict[str, Server], names: list[str], ids: dict[str, int]) -> dict:
     from bench import load_mix
-    from bench.many_adapters import evict_from_engine, hot_with_cold, ranking, workload
+    from bench.many_adapters import evict_from_engine, hot_with_cold
+    from bench.workload import ranking, workload
 
     load_mix.MAX_TOKENS = MAX_TOKENS  # hot_with_cold's requests: this benchmark's size
     prompts = PROMPTS

@@ -12,8 +12,19 @@ MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 80
 
 
+# Where the limits hold so far: the platform's apps, the client and the tools. Still to come
+# under them (issue 63): bench/ (many_adapters.py, seed_scale.py, soak.py and eight functions
+# over 80 lines) and lorahub/settings.py.
+CHECKED = ("apps", "client/src", "tools")
+
+
 def modules() -> list[Path]:
-    return sorted(p for p in (ROOT / "apps").rglob("*.py") if "migrations" not in p.parts)
+    return sorted(
+        p
+        for folder in CHECKED
+        for p in (ROOT / folder).rglob("*.py")
+        if "migrations" not in p.parts
+    )
 
 
 def test_no_module_in_apps_is_over_450_lines():

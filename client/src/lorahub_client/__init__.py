@@ -1,7 +1,5 @@
 """lorahub's tenant client: ``Client`` for Python, ``lorahub`` on the command line."""
 
-__version__ = "0.1.0"
-
 from lorahub_client.client import Client
 from lorahub_client.errors import (
     ApiError,
@@ -14,6 +12,7 @@ from lorahub_client.errors import (
     Unavailable,
 )
 from lorahub_client.models import ChatAnswer
+from lorahub_client.version import __version__
 
 __all__ = [
     "ApiError",
@@ -26,4 +25,5 @@ __all__ = [
     "TimedOut",
     "Unauthorized",
     "Unavailable",
+    "__version__",
 ]

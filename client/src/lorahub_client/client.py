@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter
 
-from lorahub_client import downloads
 from lorahub_client.downloads import DOWNLOADS
+from lorahub_client.downloads import pull as pull_files
 from lorahub_client.endpoints import ENDPOINTS
 from lorahub_client.errors import LorahubError, NotFound, Rejected, TimedOut
 from lorahub_client.models import (
@@ -153,7 +153,7 @@ class Client:
 
     def pull(self, version: Version, folder: Path) -> list[str]:
         """Download ``version``'s files and its bundle into ``folder`` (``downloads.pull``)."""
-        return downloads.pull(self.transport, version, folder)
+        return pull_files(self.transport, version, folder)
 
     def upload(
         self,

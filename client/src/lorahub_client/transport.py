@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import httpx
 import tenacity
 
-from lorahub_client import __version__
 from lorahub_client.errors import ApiError, NotFound, Refused, Unauthorized, Unavailable
+from lorahub_client.version import __version__
 
 T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

@@ -6,10 +6,11 @@ from typing import Annotated
 
 import typer
 
-from lorahub_client import __version__, config
+from lorahub_client import config
 from lorahub_client.cli.output import Json, emit, handles_errors, say, table
 from lorahub_client.cli.session import client, options
 from lorahub_client.client import Client
+from lorahub_client.version import __version__
 
 
 @handles_errors
