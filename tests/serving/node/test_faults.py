@@ -474,6 +474,12 @@ def test_a_full_disk_cache_evicts_to_make_room_or_fails_the_load_cleanly(
         assert answer.status_code == 200, answer.text
 
     def served(alias: str, version: str) -> httpx.Response:
+        def answered(answer: httpx.Response) -> bool:
+            """The version answered, or refused for a reason of its own: not a load that
+            missed its deadline on a loaded machine (it goes on; the retry finds it)."""
+            late = answer.status_code == 503 and "load_deadline" in answer.text
+            return answer.headers.get("x-lorahub-adapter") == f"support@{version}" and not late
+
         return wait_until(  # until the node has followed the alias move (broadcast)
             lambda: httpx.post(
                 f"{node.url}/v1/completions",
@@ -482,9 +488,9 @@ def test_a_full_disk_cache_evicts_to_make_room_or_fails_the_load_cleanly(
                 timeout=60,
             ),
             f"support@{version} to answer",
-            10,
+            90,
             0.2,
-            until=lambda answer: answer.headers.get("x-lorahub-adapter") == f"support@{version}",
+            until=answered,
             describe=lambda answer: (answer.status_code, answer.text),
         )
 
