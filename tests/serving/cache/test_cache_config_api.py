@@ -143,3 +143,25 @@ def test_a_node_whose_device_slots_exceed_the_budget_refuses_to_start_saying_why
     with pytest.raises(ImproperlyConfigured, match=refused):
         EngineSettings.from_django_settings(parse_cache_config(config))
     assert EngineSettings.from_django_settings(effective_config()).max_loras == 4
+
+
+def test_settings_stored_with_the_unread_disk_path_lose_it_and_still_load():
+    """The console used to save ``disk_cache.path`` unedited with every change; the key is
+    refused now, so migration 0015 drops it from the stored row, which then loads as before
+    (everything else kept)."""
+    from importlib import import_module
+
+    from django.apps import apps as registry
+
+    from apps.serving.config import SETTINGS_ID, file_config, stored_config
+
+    data = file_config().model_dump(mode="json")
+    data["adapter_cache"]["disk_cache"]["path"] = ""
+    data["adapter_cache"]["disk_cache"]["max_size_gb"] = 3.0
+    CacheSettings.objects.update_or_create(pk=SETTINGS_ID, defaults={"data": data})
+    with pytest.raises(ImproperlyConfigured, match=r"disk_cache\.path: not a cache-config key"):
+        stored_config()
+    import_module("apps.serving.migrations.0015_cache_settings_without_disk_path").drop_disk_path(
+        registry, None
+    )
+    assert stored_config().adapter_cache.disk_cache.max_size_gb == 3.0
